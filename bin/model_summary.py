@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Prints a preset's layer table, then `params=<int>` and `flops_per_token=<int>`.
+
+  bin/model_summary.py --config=base --vocab_size=37000
+"""
+
+from absl import app
+from absl import flags
+
+from tf_transformer import config as config_lib
+from tf_transformer import cost
+from tf_transformer import model as model_lib
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
+                  "Model preset (the paper's base, big, Table 3 rows, ...).")
+flags.DEFINE_string("hparams", "", "Overrides, e.g. 'd_model=256,num_layers=2'.")
+flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size (default: the "
+                     "preset's, 37000 for the paper's English-German).")
+flags.DEFINE_integer("sequence_length", 32, "Tokens per sentence, source and "
+                     "target, for the FLOPs per token.")
+
+
+def main(argv):
+  del argv
+  try:
+    config = config_lib.get_config(FLAGS.config, FLAGS.hparams)
+    if FLAGS.vocab_size:
+      config = config.replace(vocab_size=FLAGS.vocab_size)
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  model = model_lib.build_model(config)
+  model.summary()
+  for stack, layers in ((model.encoder, model.encoder.encoder_layers),
+                        (model.decoder, model.decoder.decoder_layers)):
+    print(f"{stack.name}: {len(layers)} x {type(layers[0]).__name__}, "
+          f"{layers[0].count_params():,} params each")
+  print(f"params={model.count_params()}")
+  print(f"flops_per_token={cost.flops_per_token(config, FLAGS.sequence_length)}")
+
+
+if __name__ == "__main__":
+  app.run(main)

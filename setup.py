@@ -1,0 +1,45 @@
+"""tf_transformer: the Transformer of "Attention Is All You Need" in TF/Keras."""
+
+import pathlib
+import re
+
+import setuptools
+
+HERE = pathlib.Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"',
+                    (HERE / "tf_transformer" / "__init__.py").read_text()).group(1)
+
+setuptools.setup(
+    name="tf_transformer",
+    version=VERSION,
+    description="The Transformer (Vaswani et al., 2017) in TensorFlow/Keras 3: "
+                "training, beam search and a TF Serving export.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.13",
+    packages=setuptools.find_packages(include=["tf_transformer",
+                                               "tf_transformer.*"]),
+    scripts=[str(p) for p in sorted((HERE / "bin").glob("*.py"))],
+    install_requires=[
+        "tensorflow~=2.21.0",
+        # tensorflow-text's custom ops are built against one TF minor version.
+        "tensorflow-text~=2.21.0",
+        "keras>=3.10,<4",
+        "tensorflow-datasets>=4.9",
+        "sacrebleu>=2.4,<3",
+        "absl-py>=2.1",
+        # The field's standard subword trainer (section 5.1's BPE vocabulary);
+        # tensorflow-text only runs trained models.
+        "sentencepiece>=0.2",
+        # Number words in many languages, for the embedded `numbers` task.
+        "num2words>=0.5.13",
+    ],
+    extras_require={
+        "test": ["pytest>=8"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,206 @@
+"""Every public layer: serialization, output shape, eager = graph = XLA,
+mixed precision; and the masking and attention maths."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import layers
+from tf_transformer.layers import masks
+
+B, T, S, D = 2, 5, 7, 16
+
+
+def _inputs(shape, seed=0):
+  return tf.random.stateless_normal(shape, [seed, 1])
+
+
+def _padding(lengths, length):
+  return tf.sequence_mask(lengths, length)
+
+
+# (layer factory, call arguments) for the generic test.
+CASES = {
+    "ScaledDotProductAttention": (
+        lambda: layers.ScaledDotProductAttention(),
+        lambda: (_inputs([B, 2, T, 4]), _inputs([B, 2, S, 4], 1),
+                 _inputs([B, 2, S, 4], 2),
+                 masks.key_padding_mask(_padding([S, 3], S)))),
+    "MultiHeadAttention": (
+        lambda: layers.MultiHeadAttention(num_heads=4, d_k=4, d_v=6),
+        lambda: (_inputs([B, T, D]), _inputs([B, S, D], 1),
+                 masks.key_padding_mask(_padding([S, 3], S)))),
+    "PositionwiseFeedForward": (
+        lambda: layers.PositionwiseFeedForward(d_ff=32),
+        lambda: (_inputs([B, T, D]),)),
+    "SharedEmbedding": (
+        lambda: layers.SharedEmbedding(vocab_size=11, d_model=D),
+        lambda: (tf.constant([[1, 2, 3], [4, 5, 0]]),)),
+    "SinusoidalPositionalEncoding": (
+        lambda: layers.SinusoidalPositionalEncoding(),
+        lambda: (_inputs([B, T, D]),)),
+    "LearnedPositionalEmbedding": (
+        lambda: layers.LearnedPositionalEmbedding(max_length=9),
+        lambda: (_inputs([B, T, D]),)),
+    "ResidualNorm": (
+        lambda: layers.ResidualNorm(dropout_rate=0.1),
+        lambda: (_inputs([B, T, D]), _inputs([B, T, D], 1))),
+    "EncoderLayer": (
+        lambda: layers.EncoderLayer(num_heads=4, d_ff=32),
+        lambda: (_inputs([B, T, D]), _padding([T, 2], T))),
+    "Encoder": (
+        lambda: layers.Encoder(num_layers=2, num_heads=4, d_ff=32,
+                               norm_position="pre"),
+        lambda: (_inputs([B, T, D]), _padding([T, 2], T))),
+    "DecoderLayer": (
+        lambda: layers.DecoderLayer(num_heads=4, d_ff=32),
+        lambda: (_inputs([B, T, D]), _inputs([B, S, D], 1),
+                 masks.causal_mask(T),
+                 masks.key_padding_mask(_padding([S, 3], S)))),
+    "Decoder": (
+        lambda: layers.Decoder(num_layers=2, num_heads=4, d_ff=32),
+        lambda: (_inputs([B, T, D]), _inputs([B, S, D], 1),
+                 _padding([T, 3], T), _padding([S, 3], S))),
+}
+EXPECTED_SHAPES = {
+    "ScaledDotProductAttention": [(B, 2, T, 4), (B, 2, T, S)],
+    "MultiHeadAttention": [(B, T, D)],
+    "SharedEmbedding": [(B, 3, D)],
+}
+
+
+def _first(outputs):
+  return outputs[0] if isinstance(outputs, tuple) else outputs
+
+
+def _as_list(outputs):
+  return list(outputs) if isinstance(outputs, tuple) else [outputs]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layer_generic(name):
+  make, arguments = CASES[name]
+  layer, args = make(), arguments()
+  eager = _as_list(layer(*args))
+  expected = EXPECTED_SHAPES.get(name, [(B, T, D)])
+  assert [tuple(o.shape) for o in eager] == expected
+
+  # Config round trip, through Keras' own (safe) serialization.
+  restored = keras.saving.deserialize_keras_object(
+      keras.saving.serialize_keras_object(layer))
+  assert type(restored) is type(layer)
+  assert restored.get_config() == layer.get_config()
+  restored(*args)
+  restored.set_weights(layer.get_weights())
+  for a, b in zip(_as_list(restored(*args)), eager):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+  # Eager, graph and XLA agree.
+  graph = _as_list(tf.function(lambda *a: layer(*a))(*args))
+  jit = _as_list(tf.function(lambda *a: layer(*a), jit_compile=True)(*args))
+  for g, j, e in zip(graph, jit, eager):
+    np.testing.assert_allclose(g, e, atol=1e-5)
+    np.testing.assert_allclose(j, e, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layer_mixed_precision(name):
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  make, arguments = CASES[name]
+  layer = make()
+  args = [tf.cast(a, tf.bfloat16) if a.dtype == tf.float32 else a
+          for a in arguments()]
+  output = _first(layer(*args))
+  assert output.dtype == tf.bfloat16
+  assert bool(tf.reduce_all(tf.math.is_finite(tf.cast(output, tf.float32))))
+  for weight in layer.weights:
+    assert weight.dtype == "float32"
+
+
+def test_attention_is_equation_1():
+  q, k, v = _inputs([1, 1, 3, 4]), _inputs([1, 1, 5, 4], 1), _inputs(
+      [1, 1, 5, 2], 2)
+  output, weights = layers.scaled_dot_product_attention(q, k, v)
+  scores = (q.numpy()[0, 0] @ k.numpy()[0, 0].T) / np.sqrt(4)
+  expected = np.exp(scores - scores.max(-1, keepdims=True))
+  expected /= expected.sum(-1, keepdims=True)
+  np.testing.assert_allclose(weights[0, 0], expected, rtol=1e-5)
+  np.testing.assert_allclose(output[0, 0], expected @ v.numpy()[0, 0],
+                             rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
+def test_masked_softmax_is_safe_in_low_precision(dtype):
+  scores = tf.cast(tf.constant([[3.0, 60000.0, -2.0], [1.0, 2.0, 3.0]]),
+                   dtype)
+  mask = tf.constant([[True, False, True], [False, False, False]])
+  weights = tf.cast(masks.masked_softmax(scores, mask), tf.float32).numpy()
+  assert np.all(np.isfinite(weights))
+  assert weights[0, 1] == 0.0
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-2)
+  np.testing.assert_allclose(weights[1], 1 / 3, rtol=1e-2)  # no key: uniform
+
+
+def test_attention_ignores_padded_keys():
+  mha = layers.MultiHeadAttention(num_heads=2, d_k=4)
+  query, memory = _inputs([B, T, D]), _inputs([B, S, D], 1)
+  key_mask = _padding([S, 3], S)
+  before = mha(query, memory, masks.key_padding_mask(key_mask))
+  changed = tf.where(key_mask[:, :, None], memory, 100.0 + memory)
+  after = mha(query, changed, masks.key_padding_mask(key_mask))
+  np.testing.assert_allclose(after, before, atol=1e-5)
+  unmasked = mha(query, changed)
+  assert not np.allclose(unmasked, before, atol=1e-3)
+
+
+def test_decoder_layer_cannot_see_the_future():
+  layer = layers.DecoderLayer(num_heads=4, d_ff=32, dropout_rate=0.0)
+  x, memory = _inputs([B, T, D]), _inputs([B, S, D], 1)
+  before = layer(x, memory, masks.causal_mask(T))
+  changed = tf.concat([x[:, :3], x[:, 3:] + 5.0], axis=1)
+  after = layer(changed, memory, masks.causal_mask(T))
+  np.testing.assert_allclose(after[:, :3], before[:, :3], atol=1e-5)
+  assert not np.allclose(after[:, 3:], before[:, 3:], atol=1e-3)
+
+
+def test_sinusoid_matches_section_3_5():
+  table = layers.embedding.sinusoid_table(tf.range(50), 8).numpy()
+  for pos in (0, 7, 49):
+    for i in range(4):
+      angle = pos / 10000 ** (2 * i / 8)
+      np.testing.assert_allclose(table[pos, 2 * i], np.sin(angle), atol=1e-5)
+      np.testing.assert_allclose(table[pos, 2 * i + 1], np.cos(angle),
+                                 atol=1e-5)
+  # An offset start gives the same rows as the full table (decoding steps).
+  layer = layers.SinusoidalPositionalEncoding()
+  x = tf.zeros([1, 2, 8])
+  np.testing.assert_allclose(layer(x, start=7)[0], table[7:9], atol=1e-6)
+
+
+def test_shared_embedding_scales_and_projects_with_one_matrix():
+  embedding = layers.SharedEmbedding(vocab_size=6, d_model=4)
+  vectors = embedding(tf.constant([[2]]))
+  matrix = embedding.embeddings.numpy()
+  np.testing.assert_allclose(vectors[0, 0], matrix[2] * 2.0, rtol=1e-6)
+  logits = embedding.logits(tf.constant([[[1.0, 0, 0, 0]]]))
+  np.testing.assert_allclose(logits[0, 0], matrix[:, 0], rtol=1e-6)
+  assert len(embedding.weights) == 1
+
+
+def test_post_norm_is_the_default_and_pre_norm_differs():
+  x, y = _inputs([B, T, D]), _inputs([B, T, D], 1)
+  post = layers.ResidualNorm(dropout_rate=0.0)
+  out = post(x, y).numpy()
+  np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-4)  # LN(x + y)
+  pre = layers.ResidualNorm(dropout_rate=0.0, norm_position="pre")
+  np.testing.assert_allclose(pre(x, y), x + y, atol=1e-6)
+
+
+def test_xla_switch_gives_the_same_attention():
+  mha = layers.MultiHeadAttention(num_heads=4, d_k=4, xla_attention=True)
+  query = _inputs([B, T, D])
+  compiled = mha(query)
+  mha.xla_attention = False
+  assert mha.get_config()["xla_attention"] is False
+  np.testing.assert_allclose(mha(query), compiled, atol=1e-5)

@@ -1,0 +1,140 @@
+"""The Transformer model: masks, cached decoding = teacher forcing, fit,
+serialization, XLA switch."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import Transformer, build_model, get_config
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.training.loss import LabelSmoothedCrossEntropy
+
+SOURCE = tf.constant([[5, 6, 7, 8, 9, EOS_ID, PAD_ID],
+                      [10, 11, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]])
+TARGET_IN = tf.constant([[BOS_ID, 12, 13, 14, 15, 16],
+                         [BOS_ID, 17, 18, 19, PAD_ID, PAD_ID]])
+TARGET_LENGTHS = [6, 4]
+
+
+def _model(overrides=""):
+  return build_model(get_config("tiny", overrides))
+
+
+def test_call_returns_logits_over_the_vocabulary():
+  model = _model()
+  logits = model((SOURCE, TARGET_IN))
+  assert logits.shape == (2, 6, 1000)
+
+
+def test_padded_source_positions_change_nothing():
+  model = _model()
+  memory, source_mask = model.encode(SOURCE)
+  before = model.decode(TARGET_IN, memory, source_mask)
+  changed = tf.where(source_mask[:, :, None], memory, memory + 100.0)
+  after = model.decode(TARGET_IN, changed, source_mask)
+  np.testing.assert_allclose(after, before, atol=1e-5)
+  # Without the mask the same change does matter (the test can fail).
+  no_mask = tf.ones_like(source_mask)
+  assert not np.allclose(model.decode(TARGET_IN, changed, no_mask),
+                         model.decode(TARGET_IN, memory, no_mask), atol=1e-4)
+  # Inside the encoder: padded inputs do not reach the real positions.
+  x = tf.random.stateless_normal([2, 7, 64], [3, 4])
+  encoded = model.encoder(x, source_mask)
+  x_changed = tf.where(source_mask[:, :, None], x, x + 100.0)
+  encoded_changed = model.encoder(x_changed, source_mask)
+  np.testing.assert_allclose(tf.boolean_mask(encoded_changed, source_mask),
+                             tf.boolean_mask(encoded, source_mask), atol=1e-5)
+
+
+def test_future_and_padded_target_tokens_change_nothing_before_them():
+  model = _model()
+  before = model((SOURCE, TARGET_IN)).numpy()
+  future = tf.concat([TARGET_IN[:, :3], tf.fill([2, 3], 42)], axis=1)
+  after = model((SOURCE, future)).numpy()
+  np.testing.assert_allclose(after[:, :3], before[:, :3], atol=1e-5)
+  assert not np.allclose(after[:, 3:], before[:, 3:], atol=1e-4)
+
+
+@pytest.mark.parametrize("overrides", [
+    "", "norm_position=pre,positional_encoding=learned",
+    "share_embeddings=false", "xla_attention=false,d_k=8,d_v=24"])
+def test_cached_decoding_equals_teacher_forcing(overrides):
+  model = _model(overrides)
+  memory, source_mask = model.encode(SOURCE)
+  full = model.decode(TARGET_IN, memory, source_mask).numpy()
+  cache = model.initial_cache(memory, max_length=10)
+  for step in range(TARGET_IN.shape[1]):
+    logits, cache = model.decode(TARGET_IN[:, step:step + 1], None,
+                                 source_mask, cache=cache, step=step)
+    for row, length in enumerate(TARGET_LENGTHS):
+      if step < length:
+        np.testing.assert_allclose(logits[row, 0], full[row, step], atol=1e-5)
+
+
+def test_cached_step_compiles_once_with_xla():
+  model = _model()
+  memory, source_mask = model.encode(SOURCE)
+  full = model.decode(TARGET_IN, memory, source_mask).numpy()
+
+  @tf.function(jit_compile=True)
+  def decode_step(ids, step, cache):
+    return model.decode(ids, None, source_mask, cache=cache, step=step)
+
+  cache = model.initial_cache(memory, max_length=8)
+  for step in range(4):
+    logits, cache = decode_step(TARGET_IN[:, step:step + 1],
+                                tf.constant(step), cache)
+    np.testing.assert_allclose(logits[:, 0], full[:, step], atol=1e-5)
+  assert decode_step.experimental_get_tracing_count() == 1
+
+
+def test_xla_attention_switch_keeps_the_outputs():
+  model = _model()
+  compiled = model((SOURCE, TARGET_IN))
+  model.set_xla_attention(False)
+  assert model.config.xla_attention is False
+  assert not model.encoder.encoder_layers[0].self_attention.xla_attention
+  np.testing.assert_allclose(model((SOURCE, TARGET_IN)), compiled, atol=1e-5)
+
+
+def _copy_task(examples=256, length=6, vocab=20, seed=0):
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, vocab, size=(examples, length)).astype(np.int32)
+  target_in = np.concatenate([np.full((examples, 1), BOS_ID), source], 1)
+  target_out = np.concatenate([source, np.full((examples, 1), EOS_ID)], 1)
+  return tf.data.Dataset.from_tensor_slices(
+      ((source, target_in.astype(np.int32)),
+       target_out.astype(np.int32))).batch(32)
+
+
+def test_trains_under_model_fit():
+  model = Transformer(get_config("tiny", "vocab_size=20,num_layers=1"))
+  model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                loss=LabelSmoothedCrossEntropy(0.1))
+  history = model.fit(_copy_task(), epochs=10, verbose=0)
+  losses = history.history["loss"]
+  assert losses[-1] < 0.7 * losses[0], losses
+  assert all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+def test_keras_file_round_trip(tmp_path):
+  model = _model("share_embeddings=false,norm_position=pre")
+  expected = model((SOURCE, TARGET_IN))
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  loaded = keras.models.load_model(path, safe_mode=True)
+  assert isinstance(loaded, Transformer)
+  assert loaded.config == model.config
+  np.testing.assert_array_equal(loaded((SOURCE, TARGET_IN)), expected)
+
+
+def test_attention_weights_for_plots():
+  weights = _model().attention_weights(SOURCE, TARGET_IN)
+  assert len(weights["encoder_self"]) == 2
+  assert weights["encoder_self"][0].shape == (2, 4, 7, 7)
+  assert weights["decoder_self"][1].shape == (2, 4, 6, 6)
+  assert weights["encoder_decoder"][0].shape == (2, 4, 6, 7)
+  cross = weights["encoder_decoder"][0].numpy()
+  np.testing.assert_allclose(cross.sum(-1), 1.0, rtol=1e-5)
+  assert np.all(cross[1, :, :, 3:] == 0.0)  # padded source gets no weight

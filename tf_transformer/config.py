@@ -1,0 +1,193 @@
+"""Hyperparameters of the Transformer and the presets of the paper.
+
+Field names follow the paper: `num_layers` is N, `d_model`, `d_ff`, `num_heads`
+is h, `d_k`, `d_v`, `dropout_rate` is P_drop, `label_smoothing` is epsilon_ls
+(Table 3). Presets: `base` and `big` (Table 3, section 6.1), one per varied row
+of Table 3 (A1-A4, B1-B2, C1-C7, D1-D4, E), `parsing` (section 6.3) and `tiny`.
+
+A preset plus an override string such as "d_model=256,num_layers=2" gives a
+config; `d_k` and `d_v` default to d_model / h unless given (section 3.2.2).
+"""
+
+import dataclasses
+import json
+from typing import Optional
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+NORM_POSITIONS = ("post", "pre")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """All hyperparameters of one model, its training recipe and its decoding."""
+
+  # Architecture (sections 3.1-3.5).
+  vocab_size: int = 37000
+  num_layers: int = 6
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8
+  d_k: Optional[int] = None
+  d_v: Optional[int] = None
+  positional_encoding: str = "sinusoidal"
+  max_length: int = 512  # rows of a learned position table; decode cache bound
+  share_embeddings: bool = True
+  norm_position: str = "post"  # the paper's LayerNorm(x + Dropout(Sublayer(x)))
+  layer_norm_epsilon: float = 1e-6
+  # Regularization (section 5.4).
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.0
+  label_smoothing: float = 0.1
+  # Optimizer and schedule (section 5.3, eq. 3).
+  warmup_steps: int = 4000
+  adam_beta_1: float = 0.9
+  adam_beta_2: float = 0.98
+  adam_epsilon: float = 1e-9
+  learning_rate_scale: float = 1.0
+  train_steps: int = 100000
+  batch_tokens: int = 25000
+  # Speed.
+  xla_attention: bool = True
+  # Decoding (section 6.1).
+  beam_size: int = 4
+  length_penalty_alpha: float = 0.6
+  max_decode_length_offset: int = 50
+
+  def __post_init__(self):
+    def fail(field, why):
+      raise ValueError(f"config field {field}={getattr(self, field)!r}: {why}")
+
+    for field in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads",
+                  "max_length", "warmup_steps", "train_steps", "batch_tokens",
+                  "beam_size"):
+      if getattr(self, field) < 1:
+        fail(field, "must be a positive integer")
+    for field in ("dropout_rate", "attention_dropout_rate", "label_smoothing"):
+      if not 0.0 <= getattr(self, field) < 1.0:
+        fail(field, "must be in [0, 1)")
+    if self.positional_encoding not in POSITIONAL_ENCODINGS:
+      fail("positional_encoding", f"must be one of {POSITIONAL_ENCODINGS}")
+    if self.norm_position not in NORM_POSITIONS:
+      fail("norm_position", f"must be one of {NORM_POSITIONS}")
+    for field in ("d_k", "d_v"):
+      if getattr(self, field) is None:
+        if self.d_model % self.num_heads:
+          fail("num_heads", f"must divide d_model={self.d_model} unless "
+               f"{field} is given")
+        object.__setattr__(self, field, self.d_model // self.num_heads)
+      elif getattr(self, field) < 1:
+        fail(field, "must be a positive integer")
+
+  def replace(self, **changes) -> "TransformerConfig":
+    return dataclasses.replace(self, **changes)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+  @classmethod
+  def from_dict(cls, values: dict) -> "TransformerConfig":
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise ValueError(f"unknown config field(s) {unknown}; known fields: "
+                       f"{sorted(f.name for f in dataclasses.fields(cls))}")
+    return cls(**values)
+
+
+_BIG = dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3,
+            train_steps=300000)
+
+# Each preset lists only what differs from TransformerConfig's defaults,
+# which are the paper's base model. d_k/d_v are derived unless listed.
+PRESETS = {
+    "base": {},
+    "big": _BIG,
+    # Table 3 (A): attention heads, computation kept constant.
+    "A1": dict(num_heads=1, d_k=512, d_v=512),
+    "A2": dict(num_heads=4, d_k=128, d_v=128),
+    "A3": dict(num_heads=16, d_k=32, d_v=32),
+    "A4": dict(num_heads=32, d_k=16, d_v=16),
+    # Table 3 (B): smaller attention key size.
+    "B1": dict(d_k=16),
+    "B2": dict(d_k=32),
+    # Table 3 (C): bigger and smaller models.
+    "C1": dict(num_layers=2),
+    "C2": dict(num_layers=4),
+    "C3": dict(num_layers=8),
+    "C4": dict(d_model=256, d_k=32, d_v=32),
+    "C5": dict(d_model=1024, d_k=128, d_v=128),
+    "C6": dict(d_ff=1024),
+    "C7": dict(d_ff=4096),
+    # Table 3 (D): dropout and label smoothing.
+    "D1": dict(dropout_rate=0.0),
+    "D2": dict(dropout_rate=0.2),
+    "D3": dict(label_smoothing=0.0),
+    "D4": dict(label_smoothing=0.2),
+    # Table 3 (E): learned positional embedding instead of sinusoids.
+    "E": dict(positional_encoding="learned"),
+    # Section 6.3: English constituency parsing, otherwise the base model.
+    "parsing": dict(num_layers=4, d_model=1024, vocab_size=16000,
+                    beam_size=21, length_penalty_alpha=0.3,
+                    max_decode_length_offset=300),
+    # Small enough for tests and CPU demos; not a paper setting.
+    "tiny": dict(vocab_size=1000, num_layers=2, d_model=64, d_ff=256,
+                 num_heads=4, max_length=128, warmup_steps=400,
+                 train_steps=2000, batch_tokens=4096),
+}
+
+# Table 3's "params x 10^6" column, for the rows that list one.
+TABLE3_PARAMS_MILLIONS = {
+    "base": 65, "B1": 58, "B2": 60, "C1": 36, "C2": 50, "C3": 80, "C4": 28,
+    "C5": 168, "C6": 53, "C7": 90, "big": 213,
+}
+
+
+def _parse_value(field: dataclasses.Field, text: str):
+  text = text.strip()
+  kind = str(field.type)  # "<class 'int'>", "typing.Optional[int]", ...
+  if text.lower() == "none" and "Optional" in kind:
+    return None
+  try:
+    if "bool" in kind:
+      if text.lower() in ("true", "1", "yes"):
+        return True
+      if text.lower() in ("false", "0", "no"):
+        return False
+      raise ValueError("expected true or false")
+    if "int" in kind:
+      return int(text)
+    if "float" in kind:
+      return float(text)
+    return text
+  except ValueError as e:
+    raise ValueError(f"hparam {field.name}={text!r}: {e}") from None
+
+
+def parse_overrides(overrides: str) -> dict:
+  """Parses "name=value,name=value" into typed config values."""
+  fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+  values = {}
+  for item in filter(None, (s.strip() for s in (overrides or "").split(","))):
+    name, sep, text = item.partition("=")
+    name = name.strip()
+    if not sep:
+      raise ValueError(f"hparam {item!r}: expected name=value")
+    if name not in fields:
+      raise ValueError(f"hparam {name!r} is not a config field; known fields:"
+                       f" {sorted(fields)}")
+    values[name] = _parse_value(fields[name], text)
+  return values
+
+
+def get_config(name: str = "base", overrides: str = "",
+               **changes) -> TransformerConfig:
+  """The preset `name` with `overrides` ("d_model=256,...") and `changes`."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown config preset {name!r}; presets: "
+                     f"{sorted(PRESETS)}")
+  values = dict(PRESETS[name])
+  values.update(parse_overrides(overrides))
+  values.update(changes)
+  return TransformerConfig(**values)

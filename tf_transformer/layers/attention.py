@@ -1,0 +1,157 @@
+"""Scaled dot-product attention (eq. 1) and multi-head attention (section 3.2.2).
+
+The attention core is a `tf.function(jit_compile=True)` that takes only
+tensors, so XLA fuses scale, mask, softmax and both matmuls on any device and
+inside every replica of a distribution strategy. `xla_attention=False` runs the
+same ops uncompiled, which is what an export for stock TF Serving on CPU needs
+(its XLA:CPU JIT is off by default).
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.layers import masks
+
+
+def scaled_dot_product_attention(query, key, value, mask=None):
+  """Eq. 1: softmax(Q K^T / sqrt(d_k)) V.
+
+  Args:
+    query: [batch, heads, query_length, d_k].
+    key: [batch, heads, key_length, d_k].
+    value: [batch, heads, key_length, d_v].
+    mask: bool, broadcastable to [batch, heads, query_length, key_length];
+      True = may attend.
+  Returns:
+    (output [batch, heads, query_length, d_v], weights [..., key_length]).
+  """
+  weights = attention_weights(query, key, mask)
+  return tf.matmul(weights, value), weights
+
+
+def attention_weights(query, key, mask=None):
+  """softmax(Q K^T / sqrt(d_k)) with `mask` applied (the weights of eq. 1)."""
+  scale = tf.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+  scores = tf.matmul(query * scale, key, transpose_b=True)
+  return masks.masked_softmax(scores, mask)
+
+
+_XLA = {
+    scaled_dot_product_attention: tf.function(
+        scaled_dot_product_attention, jit_compile=True),
+    attention_weights: tf.function(attention_weights, jit_compile=True),
+}
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class ScaledDotProductAttention(keras.layers.Layer):
+  """Eq. 1 as a layer, with optional dropout on the attention weights.
+
+  Call with (query, key, value, attention_mask) shaped as in
+  `scaled_dot_product_attention`; returns (output, weights). The paper has no
+  dropout on the weights (`dropout_rate=0.0`, the default).
+  """
+
+  def __init__(self, dropout_rate=0.0, xla_attention=True, **kwargs):
+    super().__init__(**kwargs)
+    self.dropout_rate = dropout_rate
+    self.xla_attention = xla_attention
+    self.dropout = keras.layers.Dropout(dropout_rate)
+
+  def _core(self, fn):
+    return _XLA[fn] if self.xla_attention else fn
+
+  def call(self, query, key, value, attention_mask=None, training=None):
+    if training and self.dropout_rate > 0.0:
+      weights = self._core(attention_weights)(query, key, attention_mask)
+      weights = self.dropout(weights, training=training)
+      return tf.matmul(weights, value), weights
+    return self._core(scaled_dot_product_attention)(query, key, value,
+                                                  attention_mask)
+
+  def get_config(self):
+    return {**super().get_config(), "dropout_rate": self.dropout_rate,
+            "xla_attention": self.xla_attention}
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
+
+  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), with d_k and d_v per head
+  (d_model / h in the paper; other sizes for Table 3 rows A and B). The output
+  has the query's last dimension, d_model.
+
+  `call(query, value=None, attention_mask=None, key_value=None)`: attends from `query`
+  [batch, q_len, d_model] to `value` [batch, k_len, d_model] (self-attention
+  when `value` is None). Masks are never named `mask`, so Keras' implicit
+  mask propagation stays out of the way. `key_value` replaces the projection of `value` with
+  precomputed (key, value) heads from `project_key_value`, as the decoder does
+  with its cache. `attention_mask` is bool, broadcastable to [batch, heads, q_len, k_len],
+  True = may attend.
+  """
+
+  def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
+               xla_attention=True, **kwargs):
+    super().__init__(**kwargs)
+    self.num_heads = num_heads
+    self.d_k = d_k
+    self.d_v = d_v or d_k
+    self.attention_dropout_rate = attention_dropout_rate
+    self.query_dense = keras.layers.Dense(num_heads * d_k, name="query")
+    self.key_dense = keras.layers.Dense(num_heads * d_k, name="key")
+    self.value_dense = keras.layers.Dense(num_heads * self.d_v, name="value")
+    self.output_dense = None  # W^O: needs d_model, known in build()
+    self.attention = ScaledDotProductAttention(
+        attention_dropout_rate, xla_attention, name="attention")
+
+  @property
+  def xla_attention(self):
+    return self.attention.xla_attention
+
+  @xla_attention.setter
+  def xla_attention(self, enabled):
+    self.attention.xla_attention = enabled
+
+  def build(self, query_shape, value_shape=None):
+    d_model = query_shape[-1]
+    value_shape = value_shape or query_shape
+    self.query_dense.build(query_shape)
+    self.key_dense.build(value_shape)
+    self.value_dense.build(value_shape)
+    self.output_dense = keras.layers.Dense(d_model, name="output")
+    self.output_dense.build((None, None, self.num_heads * self.d_v))
+
+  def _split_heads(self, x, depth):
+    """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
+    x = tf.reshape(x, [tf.shape(x)[0], -1, self.num_heads, depth])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+  def project_key_value(self, value):
+    """(K W^K, V W^V) split into heads: [batch, heads, length, d_k or d_v]."""
+    return (self._split_heads(self.key_dense(value), self.d_k),
+            self._split_heads(self.value_dense(value), self.d_v))
+
+  def call(self, query, value=None, attention_mask=None, key_value=None,
+           training=None,
+           return_attention_scores=False):
+    if key_value is None:
+      key_value = self.project_key_value(query if value is None else value)
+    key, value_heads = key_value
+    query_heads = self._split_heads(self.query_dense(query), self.d_k)
+    heads, weights = self.attention(query_heads, key, value_heads,
+                                    attention_mask,
+                                    training=training)
+    heads = tf.transpose(heads, [0, 2, 1, 3])
+    concat = tf.reshape(heads, [tf.shape(heads)[0], -1,
+                                self.num_heads * self.d_v])
+    output = self.output_dense(concat)
+    return (output, weights) if return_attention_scores else output
+
+  def get_config(self):
+    return {**super().get_config(), "num_heads": self.num_heads,
+            "d_k": self.d_k, "d_v": self.d_v,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "xla_attention": self.xla_attention}

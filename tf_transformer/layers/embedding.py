@@ -1,0 +1,113 @@
+"""Embeddings and positional encodings (sections 3.4 and 3.5).
+
+`SharedEmbedding` is the one weight matrix that the paper shares between the
+source embedding, the target embedding and the pre-softmax linear
+transformation; lookups are multiplied by sqrt(d_model). The positional layers
+return their input plus the encoding of positions start..start+length-1, so a
+decoder step at position `start` gets the same encoding as the full pass.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class SharedEmbedding(keras.layers.Layer):
+  """Token embedding whose transpose is also the output projection (3.4).
+
+  `call(ids)` -> [..., d_model] embeddings times sqrt(d_model);
+  `logits(x)` -> x E^T, the pre-softmax logits over the vocabulary.
+  """
+
+  def __init__(self, vocab_size, d_model, scale=True, **kwargs):
+    super().__init__(**kwargs)
+    self.vocab_size = vocab_size
+    self.d_model = d_model
+    self.scale = scale
+
+  def build(self, input_shape=None):
+    # N(0, d_model^-0.5): after the sqrt(d_model) scaling, lookups have unit
+    # variance, like the positional encodings they are added to.
+    self.embeddings = self.add_weight(
+        name="embeddings", shape=(self.vocab_size, self.d_model),
+        initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5))
+
+  def call(self, ids):
+    x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
+    return x * math.sqrt(self.d_model) if self.scale else x
+
+  def logits(self, x):
+    """The pre-softmax linear transformation: x times the embedding's transpose."""
+    return tf.matmul(x, tf.cast(self.embeddings, x.dtype), transpose_b=True)
+
+  def compute_output_spec(self, ids):
+    return keras.KerasTensor(tuple(ids.shape) + (self.d_model,),
+                             dtype=self.compute_dtype)
+
+  def get_config(self):
+    return {**super().get_config(), "vocab_size": self.vocab_size,
+            "d_model": self.d_model, "scale": self.scale}
+
+
+def sinusoid_table(positions, d_model, dtype=tf.float32):
+  """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...)."""
+  positions = tf.cast(positions, tf.float32)[:, tf.newaxis]
+  two_i = tf.range(0, d_model, 2, dtype=tf.float32)
+  angles = positions / tf.pow(10000.0, two_i / d_model)
+  # Interleave sin (even dimensions) and cos (odd dimensions) as in the paper.
+  table = tf.reshape(tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1),
+                     [-1, 2 * two_i.shape[0]])[:, :d_model]
+  return tf.cast(table, dtype)
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class SinusoidalPositionalEncoding(keras.layers.Layer):
+  """Adds the fixed sinusoidal encoding of section 3.5 (no weights, any length).
+
+  `call(x, start=0)`: x is [batch, length, d_model]; returns x + PE[start:start+length].
+  """
+
+  def call(self, inputs, start=0):
+    positions = start + tf.range(tf.shape(inputs)[1])
+    return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype)
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class LearnedPositionalEmbedding(keras.layers.Layer):
+  """Adds a learned position embedding (Table 3 row E), up to `max_length`.
+
+  `call(x, start=0)`: x is [batch, length, d_model]; returns x + P[start:start+length].
+  """
+
+  def __init__(self, max_length, **kwargs):
+    super().__init__(**kwargs)
+    self.max_length = max_length
+
+  def build(self, input_shape):
+    self.position_embeddings = self.add_weight(
+        name="position_embeddings", shape=(self.max_length, input_shape[-1]),
+        initializer=keras.initializers.RandomNormal(stddev=input_shape[-1]**-0.5))
+
+  def call(self, inputs, start=0):
+    positions = start + tf.range(tf.shape(inputs)[1])
+    tf.debugging.assert_less(
+        positions[-1:], self.max_length,
+        message=f"sequence longer than max_length={self.max_length} of the "
+        "learned positional embedding")
+    return inputs + tf.gather(
+        tf.cast(self.position_embeddings, inputs.dtype), positions)
+
+  def get_config(self):
+    return {**super().get_config(), "max_length": self.max_length}
+
+
+def positional_encoding(kind, max_length, name="positional_encoding"):
+  """The positional layer of a config: "sinusoidal" or "learned"."""
+  if kind == "sinusoidal":
+    return SinusoidalPositionalEncoding(name=name)
+  if kind == "learned":
+    return LearnedPositionalEmbedding(max_length, name=name)
+  raise ValueError(f"positional_encoding={kind!r}: expected 'sinusoidal' or "
+                   "'learned'")

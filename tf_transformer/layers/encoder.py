@@ -1,0 +1,131 @@
+"""Encoder layer and encoder stack (section 3.1, Figure 1 left).
+
+Each layer: multi-head self-attention, then the position-wise feed-forward
+network, each inside a residual connection with layer normalization.
+Masking: `padding_mask` [batch, length] is True at real tokens; every position
+attends to every real token and to no padding.
+"""
+
+import keras
+
+from tf_transformer.layers import masks
+from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+from tf_transformer.layers.residual import ResidualNorm
+
+
+def sublayer_arguments(num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
+                       attention_dropout_rate=0.0, norm_position="post",
+                       layer_norm_epsilon=1e-6, xla_attention=True):
+  """The arguments an encoder or decoder layer takes, checked and complete."""
+  return dict(num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
+              dropout_rate=dropout_rate,
+              attention_dropout_rate=attention_dropout_rate,
+              norm_position=norm_position,
+              layer_norm_epsilon=layer_norm_epsilon,
+              xla_attention=xla_attention)
+
+
+class _TransformerBlock(keras.layers.Layer):
+  """What encoder and decoder layers share: arguments, attention, residuals."""
+
+  def __init__(self, num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
+               attention_dropout_rate=0.0, norm_position="post",
+               layer_norm_epsilon=1e-6, xla_attention=True, **kwargs):
+    super().__init__(**kwargs)
+    self.arguments = sublayer_arguments(
+        num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
+        norm_position, layer_norm_epsilon, xla_attention)
+    self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward")
+
+  def _attention(self, d_model, name):
+    d_k = self.arguments["d_k"] or d_model // self.arguments["num_heads"]
+    return MultiHeadAttention(
+        self.arguments["num_heads"], d_k, self.arguments["d_v"] or d_k,
+        self.arguments["attention_dropout_rate"],
+        self.arguments["xla_attention"], name=name)
+
+  def _residual(self, name):
+    return ResidualNorm(self.arguments["dropout_rate"],
+                        self.arguments["norm_position"],
+                        self.arguments["layer_norm_epsilon"], name=name)
+
+  def get_config(self):
+    return {**super().get_config(), **self.arguments}
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class EncoderLayer(_TransformerBlock):
+  """Self-attention and feed-forward sub-layers, each with its residual.
+
+  `call(x, padding_mask=None)`: x is [batch, length, d_model]. With
+  `return_attention_scores=True` also returns the self-attention weights
+  [batch, heads, length, length].
+  """
+
+  def build(self, input_shape):
+    self.self_attention = self._attention(input_shape[-1], "self_attention")
+    self.self_attention.build(input_shape)
+    self.attention_residual = self._residual("self_attention_residual")
+    self.attention_residual.build(input_shape)
+    self.feed_forward.build(input_shape)
+    self.feed_forward_residual = self._residual("feed_forward_residual")
+    self.feed_forward_residual.build(input_shape)
+
+  def call(self, x, padding_mask=None, training=None,
+           return_attention_scores=False):
+    mask = None if padding_mask is None else masks.key_padding_mask(padding_mask)
+    h = self.attention_residual.normalize_input(x)
+    y, weights = self.self_attention(h, attention_mask=mask, training=training,
+                                     return_attention_scores=True)
+    x = self.attention_residual(x, y, training=training)
+    h = self.feed_forward_residual.normalize_input(x)
+    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
+    return (x, weights) if return_attention_scores else x
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Encoder(keras.layers.Layer):
+  """A stack of `num_layers` identical encoder layers (N = 6 in the paper).
+
+  Takes embedded inputs [batch, length, d_model] (token embedding plus
+  positions, see `layers.embedding`) and `padding_mask` [batch, length]. With
+  pre-norm, a final LayerNorm closes the stack. `return_attention_scores=True`
+  also returns the list of per-layer self-attention weights.
+  """
+
+  def __init__(self, num_layers, num_heads, d_ff, d_k=None, d_v=None,
+               dropout_rate=0.1, attention_dropout_rate=0.0,
+               norm_position="post", layer_norm_epsilon=1e-6,
+               xla_attention=True, **kwargs):
+    super().__init__(**kwargs)
+    self.num_layers = num_layers
+    self.arguments = sublayer_arguments(
+        num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
+        norm_position, layer_norm_epsilon, xla_attention)
+    self.encoder_layers = [EncoderLayer(**self.arguments, name=f"layer_{i}")
+                           for i in range(num_layers)]
+    self.final_norm = (keras.layers.LayerNormalization(
+        epsilon=layer_norm_epsilon, name="final_norm")
+                       if norm_position == "pre" else None)
+
+  def build(self, input_shape):
+    for layer in self.encoder_layers:
+      layer.build(input_shape)
+    if self.final_norm is not None:
+      self.final_norm.build(input_shape)
+
+  def call(self, x, padding_mask=None, training=None,
+           return_attention_scores=False):
+    all_weights = []
+    for layer in self.encoder_layers:
+      x, weights = layer(x, padding_mask, training=training,
+                         return_attention_scores=True)
+      all_weights.append(weights)
+    if self.final_norm is not None:
+      x = self.final_norm(x)
+    return (x, all_weights) if return_attention_scores else x
+
+  def get_config(self):
+    return {**super().get_config(), "num_layers": self.num_layers,
+            **self.arguments}

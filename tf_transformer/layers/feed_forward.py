@@ -1,0 +1,28 @@
+"""Position-wise feed-forward network (section 3.3, eq. 2)."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
+
+  The inner layer has `d_ff` units; the output has the input's d_model.
+  """
+
+  def __init__(self, d_ff, **kwargs):
+    super().__init__(**kwargs)
+    self.d_ff = d_ff
+    self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner")
+    self.outer = None
+
+  def build(self, input_shape):
+    self.inner.build(input_shape)
+    self.outer = keras.layers.Dense(input_shape[-1], name="outer")
+    self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
+
+  def call(self, x):
+    return self.outer(self.inner(x))
+
+  def get_config(self):
+    return {**super().get_config(), "d_ff": self.d_ff}

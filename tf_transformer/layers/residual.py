@@ -1,0 +1,43 @@
+"""The residual connection around every sub-layer (sections 3.1 and 5.4).
+
+Post-norm, the paper's: LayerNorm(x + Dropout(Sublayer(x))).
+Pre-norm, an option: x + Dropout(Sublayer(LayerNorm(x))), whose stack then
+ends with one more LayerNorm.
+"""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class ResidualNorm(keras.layers.Layer):
+  """Wraps one sub-layer: `y = sublayer(block.normalize_input(x))`, then
+  `block(x, y)` adds the residual and normalizes per `norm_position`."""
+
+  def __init__(self, dropout_rate=0.1, norm_position="post",
+               layer_norm_epsilon=1e-6, **kwargs):
+    super().__init__(**kwargs)
+    if norm_position not in ("post", "pre"):
+      raise ValueError(f"norm_position={norm_position!r}: expected 'post' or "
+                       "'pre'")
+    self.dropout_rate = dropout_rate
+    self.norm_position = norm_position
+    self.layer_norm_epsilon = layer_norm_epsilon
+    self.dropout = keras.layers.Dropout(dropout_rate)
+    self.layer_norm = keras.layers.LayerNormalization(
+        epsilon=layer_norm_epsilon, name="layer_norm")
+
+  def build(self, x_shape, sublayer_output_shape=None):
+    self.layer_norm.build(x_shape)
+
+  def normalize_input(self, x):
+    """The sub-layer's input: x (post-norm) or LayerNorm(x) (pre-norm)."""
+    return self.layer_norm(x) if self.norm_position == "pre" else x
+
+  def call(self, x, sublayer_output, training=None):
+    residual = x + self.dropout(sublayer_output, training=training)
+    return residual if self.norm_position == "pre" else self.layer_norm(residual)
+
+  def get_config(self):
+    return {**super().get_config(), "dropout_rate": self.dropout_rate,
+            "norm_position": self.norm_position,
+            "layer_norm_epsilon": self.layer_norm_epsilon}

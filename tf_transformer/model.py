@@ -1,0 +1,168 @@
+"""The Transformer encoder-decoder (section 3, Figure 1) as a Keras model.
+
+    memory, source_mask = model.encode(source_ids)
+    logits = model.decode(target_input_ids, memory, source_mask)
+    logits = model((source_ids, target_input_ids))          # teacher forcing
+
+Incremental decoding, one position at a time with static shapes:
+
+    cache = model.initial_cache(memory, max_length)
+    logits, cache = model.decode(ids_at_step, None, source_mask, cache=cache,
+                                 step=step)
+
+Token ids use `special_ids`: PAD_ID is masked everywhere; the decoder input is
+the target shifted right behind BOS_ID.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.config import TransformerConfig
+from tf_transformer.layers import masks
+from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.decoder import Decoder
+from tf_transformer.layers.embedding import SharedEmbedding
+from tf_transformer.layers.embedding import positional_encoding
+from tf_transformer.layers.encoder import Encoder
+
+
+def _stack_arguments(config):
+  return dict(num_layers=config.num_layers, num_heads=config.num_heads,
+              d_ff=config.d_ff, d_k=config.d_k, d_v=config.d_v,
+              dropout_rate=config.dropout_rate,
+              attention_dropout_rate=config.attention_dropout_rate,
+              norm_position=config.norm_position,
+              layer_norm_epsilon=config.layer_norm_epsilon,
+              xla_attention=config.xla_attention)
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Transformer(keras.Model):
+  """Encoder-decoder with shared embeddings and pre-softmax weights (3.4).
+
+  `call((source_ids, target_input_ids))` returns logits
+  [batch, target_length, vocab_size]. With `share_embeddings=False` the
+  source embedding, target embedding and output projection are three
+  matrices.
+  """
+
+  def __init__(self, config, **kwargs):
+    super().__init__(**kwargs)
+    if isinstance(config, dict):
+      config = TransformerConfig.from_dict(config)
+    self.config = config
+    c = config
+    self.source_embedding = SharedEmbedding(c.vocab_size, c.d_model,
+                                            name="shared_embedding")
+    if c.share_embeddings:
+      self.target_embedding = self.output_embedding = self.source_embedding
+    else:
+      self.target_embedding = SharedEmbedding(c.vocab_size, c.d_model,
+                                              name="target_embedding")
+      self.output_embedding = SharedEmbedding(c.vocab_size, c.d_model,
+                                              name="output_projection")
+    self.source_positions = positional_encoding(
+        c.positional_encoding, c.max_length, "source_positions")
+    self.target_positions = positional_encoding(
+        c.positional_encoding, c.max_length, "target_positions")
+    self.source_dropout = keras.layers.Dropout(c.dropout_rate)
+    self.target_dropout = keras.layers.Dropout(c.dropout_rate)
+    self.encoder = Encoder(**_stack_arguments(c), name="encoder")
+    self.decoder = Decoder(**_stack_arguments(c), name="decoder")
+
+  def build(self, input_shape=None):
+    d_model = self.config.d_model
+    shape = (None, None, d_model)
+    for embedding in {id(e): e for e in (
+        self.source_embedding, self.target_embedding,
+        self.output_embedding)}.values():
+      embedding.build()
+    self.source_positions.build(shape)
+    self.target_positions.build(shape)
+    self.encoder.build(shape)
+    self.decoder.build(shape, shape)
+    self.built = True
+
+  def set_xla_attention(self, enabled: bool):
+    """Switches the XLA-compiled attention core on or off in every layer
+    (off for exports to TF Serving on CPU)."""
+    self.config = self.config.replace(xla_attention=bool(enabled))
+    for layer in self._flatten_layers():
+      if isinstance(layer, MultiHeadAttention):
+        layer.xla_attention = bool(enabled)
+      if hasattr(layer, "arguments"):
+        layer.arguments["xla_attention"] = bool(enabled)
+
+  def _embed(self, embedding, positions, dropout, ids, start=0, training=None):
+    """Token embedding times sqrt(d_model), plus positions, then dropout (5.4)."""
+    return dropout(positions(embedding(ids), start=start), training=training)
+
+  def encode(self, source_ids, training=None, return_attention_scores=False):
+    """Returns (memory [batch, source_length, d_model], source padding mask);
+    with `return_attention_scores`, the per-layer weights too."""
+    source_mask = masks.padding_mask(source_ids)
+    x = self._embed(self.source_embedding, self.source_positions,
+                    self.source_dropout, source_ids, training=training)
+    outputs = self.encoder(x, source_mask, training=training,
+                           return_attention_scores=return_attention_scores)
+    if return_attention_scores:
+      return outputs[0], source_mask, outputs[1]
+    return outputs, source_mask
+
+  def initial_cache(self, memory, max_length):
+    """Decoder cache for `max_length` target positions over this memory."""
+    return self.decoder.initial_cache(memory, max_length)
+
+  def decode(self, target_input_ids, memory, source_mask, cache=None,
+             step=None, training=None, return_attention_scores=False):
+    """Logits [batch, target_length, vocab_size] for the decoder input.
+
+    With `cache` and `step`, `target_input_ids` is [batch, 1] (the token at
+    position `step`) and the result is (logits, new_cache).
+    """
+    x = self._embed(self.target_embedding, self.target_positions,
+                    self.target_dropout, target_input_ids,
+                    start=0 if step is None else step, training=training)
+    target_mask = None if cache is not None else masks.padding_mask(
+        target_input_ids)
+    outputs = self.decoder(x, memory, target_mask, source_mask, cache=cache,
+                           step=step, training=training,
+                           return_attention_scores=return_attention_scores)
+    if not isinstance(outputs, tuple):
+      outputs = (outputs,)
+    logits = self.output_embedding.logits(outputs[0])
+    outputs = (logits,) + outputs[1:]
+    return outputs[0] if len(outputs) == 1 else outputs
+
+  def call(self, inputs, training=None):
+    source_ids, target_input_ids = inputs
+    memory, source_mask = self.encode(source_ids, training=training)
+    return self.decode(target_input_ids, memory, source_mask,
+                       training=training)
+
+  def attention_weights(self, source_ids, target_input_ids):
+    """Every attention distribution of a teacher-forced pass, for plots:
+    {"encoder_self": [per layer [batch, heads, S, S]],
+     "decoder_self": [... [batch, heads, T, T]],
+     "encoder_decoder": [... [batch, heads, T, S]]}."""
+    memory, source_mask, encoder_weights = self.encode(
+        source_ids, return_attention_scores=True)
+    _, decoder_weights = self.decode(target_input_ids, memory, source_mask,
+                                     return_attention_scores=True)
+    return {"encoder_self": encoder_weights,
+            "decoder_self": [w["self"] for w in decoder_weights],
+            "encoder_decoder": [w["cross"] for w in decoder_weights]}
+
+  def get_config(self):
+    return {**super().get_config(), "config": self.config.to_dict()}
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(**config)
+
+
+def build_model(config: TransformerConfig) -> Transformer:
+  """A Transformer with all its weights created."""
+  model = Transformer(config)
+  model.build()
+  return model

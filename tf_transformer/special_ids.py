@@ -1,0 +1,10 @@
+"""Fixed token ids shared by the vocabulary, the model, the loss and decoding.
+
+The SentencePiece model is trained with exactly these ids, so every part of the
+system can rely on them without reading the vocabulary file.
+"""
+
+PAD_ID = 0  # padding; never attended to, never scored by the loss
+UNK_ID = 1  # unknown piece
+BOS_ID = 2  # begins every decoder input (the target shifted right, section 3.1)
+EOS_ID = 3  # ends every target sequence; decoding stops on it

@@ -1,0 +1,1 @@
+"""Training: the loss, the schedule and the optimizer of section 5."""
