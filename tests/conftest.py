@@ -8,6 +8,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Eight logical CPU devices, so MirroredStrategy runs without GPUs (as 8 GPUs
+# in the paper). Must happen before any op runs; ops default to /cpu:0.
+NUM_CPU_DEVICES = 8
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,0 +1,174 @@
+"""Bad data input: an error naming the file and line or the flag, or skips
+that are counted. Plus the TFDS path, offline, through tfds mock data."""
+
+import json
+import os
+
+import keras
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from tf_transformer.data import batching
+from tf_transformer.data import corpora
+from tf_transformer.data import sources
+from tf_transformer.data import tfds_corpora
+from tf_transformer.data import vocabulary as vocabulary_lib
+from tf_transformer.data.errors import DataError
+from conftest import run_script
+
+
+def _write(path, content):
+  mode = "wb" if isinstance(content, bytes) else "w"
+  with open(path, mode) as f:
+    f.write(content)
+  return str(path)
+
+
+def _read(*args):
+  return list(corpora.read_local(*args))
+
+
+def test_missing_file(tmp_path):
+  source = _write(tmp_path / "a.en", "one\n")
+  with pytest.raises(DataError, match=r"b\.de: no such file"):
+    _read(source, str(tmp_path / "b.de"))
+
+
+@pytest.mark.parametrize("source, target, message", [
+    ("a\nb\nc\n", "x\ny\n", r"t\.txt has 2 lines but .*s\.txt has more "
+     r"\(line 3 has no translation\)"),
+    ("a\n", "x\ny\n", r"s\.txt has 1 lines but .*t\.txt has more \(line 2 "
+     r"has no source\)"),
+])
+def test_different_line_counts(tmp_path, source, target, message):
+  with pytest.raises(DataError, match=message):
+    _read(_write(tmp_path / "s.txt", source), _write(tmp_path / "t.txt",
+                                                     target))
+
+
+def test_empty_lines_are_skipped_and_counted(tmp_path):
+  stats = corpora.ReadStats()
+  pairs = list(corpora.read_local(
+      _write(tmp_path / "s.txt", "a\n\nc\n  \n"),
+      _write(tmp_path / "t.txt", "x\ny\n\nw\n"), stats))
+  assert pairs == [("a", "x")]
+  assert stats.pairs == 1 and stats.skipped["empty side"] == 3
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+  source = _write(tmp_path / "s.txt", b"good\nbad \xff\xfe here\n")
+  target = _write(tmp_path / "t.txt", "gut\nschlecht\n")
+  with pytest.raises(DataError, match=r"s\.txt:2: invalid UTF-8"):
+    _read(source, target)
+
+
+def test_empty_corpus(tmp_path):
+  with pytest.raises(DataError, match="no sentence pairs"):
+    _read(_write(tmp_path / "s.txt", ""), _write(tmp_path / "t.txt", ""))
+  with pytest.raises(DataError, match="no sentence pairs"):
+    _read(_write(tmp_path / "p.tsv", "\n\n"))
+
+
+def test_tsv_pairs_and_bad_tsv_line(tmp_path):
+  assert _read(_write(tmp_path / "p.tsv", "a\tx\n\nb\ty\n")) == [("a", "x"),
+                                                                 ("b", "y")]
+  with pytest.raises(DataError, match=r"bad\.tsv:2: expected 2 tab-separated"
+                     r" fields .* found 3"):
+    _read(_write(tmp_path / "bad.tsv", "a\tx\nb\ty\tz\n"))
+
+
+def test_unknown_dataset_names_the_flag():
+  with pytest.raises(DataError, match=r"--dataset=no_such_corpus: no such "
+                     "TFDS dataset"):
+    list(tfds_corpora.read_tfds("no_such_corpus", "train", "en", "de"))
+
+
+def test_conflicting_and_missing_data_flags(tmp_path):
+  with pytest.raises(DataError, match="both given"):
+    sources.DataSpec(dataset="numbers", train_source="x").check()
+  with pytest.raises(DataError, match="no training data"):
+    sources.DataSpec(dataset="").check()
+  with pytest.raises(DataError, match="--dev_source: no dev data"):
+    sources.text_pairs(sources.DataSpec(dataset="", train_source="x"), "dev")
+
+
+def test_budget_smaller_than_a_sentence():
+  pairs = tf.data.Dataset.from_tensors(([5, 3], [6]))
+  with pytest.raises(DataError, match="--batch_tokens=16 cannot hold one "
+                     "sentence of --max_length=64"):
+    batching.token_batches(pairs, 16, 64)
+
+
+def test_tfds_translation_in_both_directions_offline():
+  with tfds.testing.mock_data(num_examples=6,
+                              policy=tfds.testing.MockPolicy.USE_CODE):
+    pt_en = list(tfds_corpora.read_tfds("ted_hrlr_translate/pt_to_en",
+                                        "train", "pt", "en"))
+    en_pt = list(tfds_corpora.read_tfds("ted_hrlr_translate/pt_to_en",
+                                        "train", "en", "pt"))
+    wmt = list(tfds_corpora.read_tfds("wmt14_translate/de-en", "train", "en",
+                                      "de"))
+  assert pt_en and wmt
+  assert all(isinstance(s, str) and isinstance(t, str) for s, t in wmt)
+  assert [(t, s) for s, t in pt_en] == en_pt
+  with pytest.raises(DataError, match=r"--target_language=fr: "
+                     r"wmt14_translate/de-en has languages \('de', 'en'\)"):
+    list(tfds_corpora.read_tfds("wmt14_translate/de-en", "train", "en", "fr"))
+
+
+def test_tfds_download_failure_says_how_to_work_offline(tmp_path, monkeypatch):
+  def no_network(*args, **kwargs):
+    raise ConnectionError("network is unreachable")
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
+                      no_network)
+  with pytest.raises(DataError) as error:
+    list(tfds_corpora.read_tfds("wmt14_translate/de-en", "train", "en", "de",
+                                data_dir=str(tmp_path)))
+  message = str(error.value)
+  assert "network is unreachable" in message
+  assert "TFDS needs the internet" in message and "--data_dir" in message
+
+
+def test_vocabulary_survives_set_random_seed(tmp_path):
+  """tensorflow/text issue 570: set_random_seed kills eager resources."""
+  vocabulary = vocabulary_lib.Vocabulary(vocabulary_lib.train(
+      ["ein zwei drei vier fünf"] * 20, 300))
+  before = vocabulary.tokenize("zwei drei").numpy().tolist()
+  keras.utils.set_random_seed(5)
+  assert vocabulary.tokenize("zwei drei").numpy().tolist() == before
+
+
+def test_missing_vocabulary_says_how_to_build_one(tmp_path):
+  with pytest.raises(DataError, match="prepare_data.py"):
+    vocabulary_lib.Vocabulary.load(str(tmp_path))
+
+
+def test_prepare_data_on_local_files(tmp_path):
+  source = _write(tmp_path / "train.en", "".join(
+      f"sentence number {i}\n" for i in range(300)) + "\n" + "x " * 400 + "\n")
+  target = _write(tmp_path / "train.de", "".join(
+      f"Satz Nummer {i}\n" for i in range(300)) + "leer\n" + "y " * 400 + "\n")
+  out = tmp_path / "out"
+  result = run_script("prepare_data.py", "--dataset=", f"--train_source={source}",
+                      f"--train_target={target}", f"--output_dir={out}",
+                      "--vocab_size=400", "--max_length=64")
+  assert result.returncode == 0, result.stderr
+  assert "train: pairs=301" in result.stdout
+  assert "dropped: too_long(>64)=1 empty_side=1" in result.stdout
+  assert "p50=" in result.stdout
+  stats = json.load(open(out / "data_stats.json"))
+  assert stats["train"]["pairs"] == 301
+  assert os.path.exists(out / "vocabulary.model")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset=", "--train_source=/nonexistent/a.en",
+      "--train_target=/nonexistent/a.de"], "/nonexistent/a.en: no such file"),
+    (["--dataset=nope_corpus"], "--dataset=nope_corpus: no such TFDS dataset"),
+])
+def test_prepare_data_errors_are_one_clear_line(tmp_path, args, message):
+  result = run_script("prepare_data.py", *args, f"--output_dir={tmp_path}")
+  assert result.returncode == 1
+  assert message in result.stderr
+  assert "Traceback" not in result.stderr

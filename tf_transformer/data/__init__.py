@@ -1,0 +1,6 @@
+"""Data: parallel corpora, the shared SentencePiece vocabulary, token batches.
+
+raw text pairs (`corpora`: TFDS, local files, generated `numbers`)
+-> shared subword vocabulary (`vocabulary`: SentencePiece, run in the graph)
+-> length buckets and token-budget batches (`batching`), section 5.1.
+"""

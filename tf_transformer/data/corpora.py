@@ -1,0 +1,107 @@
+"""Parallel corpora as streams of (source, target) text pairs.
+
+Three kinds of source, all yielding Python `str` pairs:
+- local text: a source file and a target file, one sentence per line, or one
+  TSV file of `source<TAB>target` lines;
+- any TFDS translation dataset, in either direction;
+- `numbers`, the embedded generated task (see `numbers.py`).
+
+Reading is strict where data would otherwise be silently wrong (missing
+files, different line counts, invalid UTF-8, an empty corpus: a `DataError`
+naming the file and line) and lenient where skipping is the standard
+behaviour (pairs with an empty side are skipped and counted in `stats`).
+"""
+
+import collections
+import dataclasses
+import os
+from typing import Iterator, Optional
+
+from tf_transformer.data.errors import DataError
+
+Pair = tuple  # (source: str, target: str)
+
+
+@dataclasses.dataclass
+class ReadStats:
+  """What reading a corpus kept and skipped."""
+  pairs: int = 0
+  skipped: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
+
+
+def _open_lines(path: str) -> Iterator[tuple]:
+  """(line_number, text) for each line of a UTF-8 file, newline stripped."""
+  if not os.path.exists(path):
+    raise DataError(f"{path}: no such file")
+  if os.path.isdir(path):
+    raise DataError(f"{path}: is a directory, expected a text file")
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, 1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte "
+                        f"{e.start}); convert the file to UTF-8 (e.g. iconv) "
+                        "or remove the line") from None
+      yield number, line.rstrip("\r\n")
+
+
+def keep_pair(source: str, target: str, stats: ReadStats) -> bool:
+  if not source.strip() or not target.strip():
+    stats.skipped["empty side"] += 1
+    return False
+  stats.pairs += 1
+  return True
+
+
+def read_parallel_files(source_path: str, target_path: str,
+                        stats: Optional[ReadStats] = None) -> Iterator[Pair]:
+  """Pairs from line-aligned files; pairs with an empty side are skipped."""
+  stats = stats if stats is not None else ReadStats()
+  source_lines = _open_lines(source_path)
+  target_lines = _open_lines(target_path)
+  number = 0
+  for number, source in source_lines:
+    target_line = next(target_lines, None)
+    if target_line is None:
+      raise DataError(
+          f"{target_path} has {number - 1} lines but {source_path} has more "
+          f"(line {number} has no translation); the files must be "
+          "line-aligned")
+    if keep_pair(source, target_line[1], stats):
+      yield source, target_line[1]
+  extra = next(target_lines, None)
+  if extra is not None:
+    raise DataError(
+        f"{source_path} has {number} lines but {target_path} has more (line "
+        f"{extra[0]} has no source); the files must be line-aligned")
+  if stats.pairs == 0:
+    raise DataError(f"{source_path} / {target_path}: no sentence pairs "
+                    f"(skipped: {dict(stats.skipped) or 'none'})")
+
+
+def read_tsv(path: str, stats: Optional[ReadStats] = None) -> Iterator[Pair]:
+  """Pairs from `source<TAB>target` lines; blank lines are skipped."""
+  stats = stats if stats is not None else ReadStats()
+  for number, line in _open_lines(path):
+    if not line.strip():
+      stats.skipped["empty line"] += 1
+      continue
+    fields = line.split("\t")
+    if len(fields) != 2:
+      raise DataError(f"{path}:{number}: expected 2 tab-separated fields "
+                      f"(source<TAB>target), found {len(fields)}")
+    if keep_pair(fields[0], fields[1], stats):
+      yield fields[0], fields[1]
+  if stats.pairs == 0:
+    raise DataError(f"{path}: no sentence pairs "
+                    f"(skipped: {dict(stats.skipped) or 'none'})")
+
+
+def read_local(source: str, target: Optional[str] = None,
+               stats: Optional[ReadStats] = None) -> Iterator[Pair]:
+  """Two line-aligned files, or one TSV file when `target` is None."""
+  if target:
+    return read_parallel_files(source, target, stats)
+  return read_tsv(source, stats)

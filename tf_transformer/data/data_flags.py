@@ -1,0 +1,45 @@
+"""absl flags for the data, shared by every bin/ script that reads a corpus."""
+
+from absl import flags
+
+from tf_transformer.data import numbers
+from tf_transformer.data.sources import DataSpec
+
+
+def define_flags():
+  """Defines the data flags (once per process)."""
+  flags.DEFINE_string(
+      "dataset", "numbers", "'numbers' (embedded, generated), a TFDS "
+      "translation dataset such as wmt14_translate/de-en, or empty for local "
+      "files (--train_source/--train_target).")
+  for split in ("train", "dev", "test"):
+    flags.DEFINE_string(f"{split}_source", None,
+                        f"Local {split} source text, one sentence per line, "
+                        "or a source<TAB>target file when no target is given.")
+    flags.DEFINE_string(f"{split}_target", None,
+                        f"Local {split} target text, line-aligned with "
+                        f"--{split}_source.")
+  flags.DEFINE_string("source_language", "en", "Source language code.")
+  flags.DEFINE_string("target_language", "de", "Target language code.")
+  flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+  flags.DEFINE_string("tfds_manual_dir", None,
+                      "Directory of manually downloaded TFDS archives.")
+  flags.DEFINE_integer("numbers_train_size", numbers.DEFAULT_SIZES["train"],
+                       "Training pairs of the generated numbers task.")
+  flags.DEFINE_integer("max_length", 256, "Longest pair kept, in subword "
+                       "tokens (with EOS); longer pairs are dropped and "
+                       "counted, never truncated.")
+
+
+def spec_from_flags(values=None) -> DataSpec:
+  values = values or flags.FLAGS
+  return DataSpec(
+      dataset=values.dataset or "",
+      train_source=values.train_source, train_target=values.train_target,
+      dev_source=values.dev_source, dev_target=values.dev_target,
+      test_source=values.test_source, test_target=values.test_target,
+      source_language=values.source_language,
+      target_language=values.target_language, data_dir=values.data_dir,
+      manual_dir=values.tfds_manual_dir,
+      numbers_train_size=values.numbers_train_size,
+      seed=values.seed if "seed" in values else 0).check()
