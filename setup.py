@@ -26,6 +26,8 @@ setuptools.setup(
         # tensorflow-text's custom ops are built against one TF minor version.
         "tensorflow-text~=2.21.0",
         "keras>=3.10,<4",
+        # Summaries' hparams plugin; TensorFlow 2.21 no longer installs it.
+        "tensorboard~=2.21.0",
         "tensorflow-datasets>=4.9",
         "sacrebleu>=2.4,<3",
         "absl-py>=2.1",

@@ -11,7 +11,6 @@ statistics: pairs, tokens, length percentiles, pairs dropped and why.
 Writes OUTPUT_DIR/vocabulary.model and OUTPUT_DIR/data_stats.json.
 """
 
-import itertools
 import json
 import os
 import sys
@@ -19,11 +18,9 @@ import sys
 from absl import app
 from absl import flags
 
-from tf_transformer.data import batching
-from tf_transformer.data import corpora
 from tf_transformer.data import data_flags
+from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import sources
-from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 
 FLAGS = flags.FLAGS
@@ -43,26 +40,11 @@ flags.mark_flag_as_required("output_dir")
 
 def prepare(spec, output_dir, vocab_size, model_type, max_sentences,
             max_length, seed):
-  """Trains the vocabulary on the training pairs; returns the statistics."""
-  read = corpora.ReadStats()
-  pairs = sources.text_pairs(spec, "train", read)
-  sentences = (side for pair in pairs() for side in pair)
-  proto = vocabulary_lib.train(
-      itertools.islice(sentences, 2 * max_sentences), vocab_size, model_type,
-      max_sentences, seed)
-  vocabulary = vocabulary_lib.Vocabulary(proto)
+  """Trains and saves the vocabulary; returns the corpus statistics."""
+  vocabulary = prepare_lib.build_vocabulary(spec, vocab_size, model_type,
+                                            max_sentences, seed)
   vocabulary.save(output_dir)
-  stats = {"vocab_size": vocabulary.vocab_size}
-  for split in sources.SPLITS:
-    if not sources.has_split(spec, split):
-      continue
-    read = corpora.ReadStats()
-    tokens = batching.tokenize(
-        batching.text_dataset(sources.text_pairs(spec, split, read)),
-        vocabulary)
-    split_stats = batching.length_statistics(tokens, max_length)
-    split_stats["dropped_empty_side"] = sum(read.skipped.values())
-    stats[split] = split_stats
+  stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length)
   with open(os.path.join(output_dir, "data_stats.json"), "w") as f:
     json.dump(stats, f, indent=2)
   return stats

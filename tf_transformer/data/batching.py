@@ -60,6 +60,25 @@ def pair_length(source_ids, target_ids):
   return tf.maximum(tf.shape(source_ids)[0], tf.shape(target_ids)[0] + 1)
 
 
+def seeded_shuffle(dataset: tf.data.Dataset, seed,
+                   window: int = 100_000) -> tf.data.Dataset:
+  """Shuffles each window of `window` consecutive elements by stateless
+  random keys: the order depends only on `seed` (an int or a tensor, e.g.
+  derived from the epoch) and not on TensorFlow's global seed, so an epoch
+  can be replayed exactly when a run resumes. Like a shuffle buffer of the
+  same size, order is randomized within windows."""
+  seed = tf.cast(seed, tf.int64)
+
+  def permute(indices, elements):
+    keys = tf.random.stateless_uniform(
+        tf.shape(indices), seed=tf.stack([seed, indices[0]]))
+    order = tf.argsort(keys)
+    return tf.nest.map_structure(lambda e: tf.gather(e, order), elements)
+
+  return (dataset.enumerate().ragged_batch(window).map(permute)
+          .unbatch())
+
+
 def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
                   max_length: int, shuffle: bool = True, seed: int = 0,
                   shuffle_buffer: int = 100_000) -> tf.data.Dataset:
@@ -72,8 +91,7 @@ def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
   fits = lambda s, t: pair_length(s, t) <= max_length
   dataset = token_pairs.filter(fits)
   if shuffle:
-    dataset = dataset.shuffle(shuffle_buffer, seed=seed,
-                              reshuffle_each_iteration=True)
+    dataset = seeded_shuffle(dataset, seed, shuffle_buffer)
 
   def split(source, target):
     bos = tf.constant([special_ids.BOS_ID], target.dtype)
@@ -96,16 +114,46 @@ def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
 def distributed_dataset_fn(token_pairs: Callable[[], tf.data.Dataset],
                            batch_tokens: int, max_length: int, seed: int = 0,
                            shuffle: bool = True):
-  """For `strategy.distribute_datasets_from_function`: each input pipeline
-  reads its own shard, and each replica's batches hold
-  `batch_tokens / num_replicas` tokens, so a global step sees about
-  `batch_tokens` tokens per side."""
+  """For `strategy.distribute_datasets_from_function` (one pass, in order
+  unless `shuffle`): each input pipeline reads its own shard, and each
+  replica's batches hold `batch_tokens / num_replicas` tokens, so a global
+  step sees about `batch_tokens` tokens per side."""
   def dataset_fn(input_context: tf.distribute.InputContext):
     per_replica = batch_tokens // input_context.num_replicas_in_sync
     pairs = token_pairs().shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
     return token_batches(pairs, per_replica, max_length, shuffle=shuffle,
                          seed=seed + input_context.input_pipeline_id)
+  return dataset_fn
+
+
+def training_stream_fn(token_pairs: Callable[[], tf.data.Dataset],
+                       batch_tokens: int, max_length: int, seed: int = 0,
+                       start_epoch: int = 0, start_batch: int = 0,
+                       cache: bool = True):
+  """Like `distributed_dataset_fn`, but endless: epoch after epoch, each
+  shuffled with its own seed, so no replica ever waits on an empty batch at
+  an epoch's end. Elements are `(batch, (epoch, index))`, the index counting
+  this pipeline's batches in the epoch; the stream starts at
+  (`start_epoch`, `start_batch`) to resume exactly where a run stopped.
+  With `cache`, the tokenized pairs are kept in memory after the first epoch
+  (about 4 bytes a token; turn it off for corpora that do not fit)."""
+  def dataset_fn(input_context: tf.distribute.InputContext):
+    per_replica = batch_tokens // input_context.num_replicas_in_sync
+    pipeline = input_context.input_pipeline_id
+    pairs = token_pairs().shard(input_context.num_input_pipelines, pipeline)
+    if cache:
+      pairs = pairs.cache()
+
+    def epoch_batches(epoch):
+      batches = token_batches(pairs, per_replica, max_length, shuffle=True,
+                              seed=seed * 1_000_003 + epoch * 7919 + pipeline)
+      skip = tf.where(epoch == start_epoch, tf.cast(start_batch, tf.int64), 0)
+      return batches.enumerate().skip(skip).map(
+          lambda index, batch: (batch, (epoch, index)))
+
+    return tf.data.Dataset.range(start_epoch, 2**62).flat_map(
+        epoch_batches).prefetch(tf.data.AUTOTUNE)
   return dataset_fn
 
 

@@ -122,11 +122,17 @@ class Decoder(keras.layers.Layer):
     self.arguments = sublayer_arguments(
         num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
         norm_position, layer_norm_epsilon, xla_attention)
-    self.decoder_layers = [DecoderLayer(**self.arguments, name=f"layer_{i}")
-                           for i in range(num_layers)]
+    # One attribute per layer: tf.train.Checkpoint does not see layers
+    # kept in a list attribute of a Keras 3 layer.
+    for i in range(num_layers):
+      setattr(self, f"layer_{i}", DecoderLayer(**self.arguments, name=f"layer_{i}"))
     self.final_norm = (keras.layers.LayerNormalization(
         epsilon=layer_norm_epsilon, name="final_norm")
                        if norm_position == "pre" else None)
+
+  @property
+  def decoder_layers(self):
+    return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
   def build(self, x_shape, memory_shape=None):
     for layer in self.decoder_layers:

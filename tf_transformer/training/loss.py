@@ -13,18 +13,20 @@ from tf_transformer.special_ids import PAD_ID
 
 
 def token_losses(labels, logits, label_smoothing=0.1):
-  """Per-token loss [batch, length] (float32) and the non-padding weights."""
+  """Per-token smoothed loss, per-token negative log-likelihood (for
+  perplexity) and the non-padding weights, each [batch, length], float32;
+  padding positions are zero."""
   log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
   nll = -tf.gather(log_probs, labels, batch_dims=2)
   uniform = -tf.reduce_mean(log_probs, axis=-1)
   losses = (1.0 - label_smoothing) * nll + label_smoothing * uniform
   weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
-  return losses * weights, weights
+  return losses * weights, nll * weights, weights
 
 
 def label_smoothed_cross_entropy(labels, logits, label_smoothing=0.1):
   """Mean loss per non-padding target token."""
-  losses, weights = token_losses(labels, logits, label_smoothing)
+  losses, _, weights = token_losses(labels, logits, label_smoothing)
   return tf.reduce_sum(losses) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Averages the model variables of a run's last N checkpoints (section 6.1:
+5 for base, 20 for big) into a new model directory that export and
+translate accept. Optimizer slots and the step are not averaged.
+
+  bin/average_checkpoints.py --model_dir=/tmp/run --num_checkpoints=5 \
+      --output_dir=/tmp/run/averaged
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tf_transformer import model as model_lib
+from tf_transformer.training import run_dir
+from tf_transformer.training.checkpoints import CheckpointError
+from tf_transformer.training.checkpoints import average_checkpoints
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "The training run's directory.")
+flags.DEFINE_integer("num_checkpoints", 5, "How many of the newest "
+                     "checkpoints to average.")
+flags.DEFINE_string("output_dir", None, "Where the averaged model goes.")
+flags.mark_flags_as_required(["model_dir", "output_dir"])
+
+
+def main(argv):
+  del argv
+  try:
+    config = run_dir.load_config(FLAGS.model_dir)
+    model = model_lib.build_model(config)
+    path, averaged = average_checkpoints(model, FLAGS.model_dir,
+                                         FLAGS.num_checkpoints,
+                                         FLAGS.output_dir)
+  except (CheckpointError, FileNotFoundError) as e:
+    print(f"average_checkpoints: error: {e}", file=sys.stderr)
+    return 1
+  print(f"averaged {len(averaged)} checkpoints: "
+        + ", ".join(p.rsplit("/", 1)[-1] for p in averaged))
+  print(f"wrote {path}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

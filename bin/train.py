@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Trains a Transformer (section 5) on one device, all GPUs of a machine, or
+several machines.
+
+  bin/train.py --config=tiny --dataset=numbers --model_dir=/tmp/numbers \
+      --train_steps=200 --distribution=mirrored --cpu_devices=8
+
+The run's config, data spec, flags and vocabulary are written into
+--model_dir; the same command resumes a killed run from its last checkpoint.
+"""
+
+import dataclasses
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_transformer import config as config_lib
+from tf_transformer.data import data_flags
+from tf_transformer.data import prepare as prepare_lib
+from tf_transformer.data import vocabulary as vocabulary_lib
+from tf_transformer.data.errors import DataError
+from tf_transformer.training import run_dir
+from tf_transformer.training import strategy as strategy_lib
+
+FLAGS = flags.FLAGS
+data_flags.define_flags()
+flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
+                  "Model preset: base, big, Table 3 rows, parsing, tiny.")
+flags.DEFINE_string("hparams", "", "Config overrides, e.g. "
+                    "'dropout_rate=0.2,warmup_steps=8000'.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and the run's "
+                    "config and vocabulary.")
+flags.DEFINE_integer("train_steps", None, "Optimizer updates (default: the "
+                     "preset's, 100k for base, 300k for big).")
+flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global batch "
+                     "(default: the preset's, 25000 as in the paper).")
+flags.DEFINE_enum("distribution", "one_device", list(strategy_lib.DISTRIBUTIONS),
+                  "tf.distribute strategy.")
+flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
+flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
+                     "(MirroredStrategy without GPUs).")
+flags.DEFINE_string("tpu", None, "TPU name or address for --distribution=tpu.")
+flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
+flags.DEFINE_bool("jit_compile_step", False, "Compile each replica's whole "
+                  "training step with XLA (one device, or GPUs).")
+flags.DEFINE_enum("mixed_precision", "", ["", "bfloat16", "float16"],
+                  "Mixed precision; float16 uses dynamic loss scaling.")
+flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per "
+                     "update, to reach the paper's batch on less hardware.")
+flags.DEFINE_integer("checkpoint_every_secs", 600, "Checkpoint period in "
+                     "seconds (paper: 10 minutes); 0 turns it off.")
+flags.DEFINE_integer("checkpoint_every_steps", None, "Checkpoint period in "
+                     "steps.")
+flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept.")
+flags.DEFINE_integer("average_checkpoints", 5, "How many checkpoints this run "
+                     "will average (paper: 5 base, 20 big); "
+                     "--keep_checkpoints may not be below it.")
+flags.DEFINE_integer("eval_every_steps", 1000, "Dev loss, BLEU and samples "
+                     "period; 0 turns it off.")
+flags.DEFINE_integer("eval_max_sentences", 200, "Dev sentences translated for "
+                     "BLEU at each evaluation.")
+flags.DEFINE_integer("log_every_steps", 100, "Progress line period.")
+flags.DEFINE_bool("log_gradient_norm", True, "Measure the aggregated gradient "
+                  "norm (one more all-reduce per step with several devices).")
+flags.DEFINE_integer("vocab_size", 37000, "Shared vocabulary size when the "
+                     "run builds its vocabulary.")
+flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
+                  "SentencePiece model type.")
+flags.DEFINE_integer("seed", 0, "Seed of initialization, dropout and data "
+                     "order.")
+flags.mark_flag_as_required("model_dir")
+flags.register_validator("keep_checkpoints", lambda v: v >= 1,
+                         "--keep_checkpoints must be >= 1")
+
+
+def _run_config():
+  config = config_lib.get_config(FLAGS.config, FLAGS.hparams,
+                                 xla_attention=FLAGS.xla_attention)
+  if FLAGS.train_steps:
+    config = config.replace(train_steps=FLAGS.train_steps)
+  if FLAGS.batch_tokens:
+    config = config.replace(batch_tokens=FLAGS.batch_tokens)
+  return config
+
+
+def _prepare_run_dir(config, spec, chief):
+  """Returns (config, vocabulary): the saved ones when resuming."""
+  model_dir = FLAGS.model_dir
+  if not chief:
+    run_dir.wait_for(model_dir)
+  if os.path.exists(os.path.join(model_dir, run_dir.CONFIG)):
+    saved = run_dir.load_config(model_dir)
+    vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
+    ignore = {"xla_attention", "train_steps"}
+    wanted = config.replace(vocab_size=saved.vocab_size)
+    diff = {k: (v, wanted.to_dict()[k]) for k, v in saved.to_dict().items()
+            if k not in ignore and wanted.to_dict()[k] != v}
+    if diff:
+      raise app.UsageError(
+          f"--model_dir={model_dir} holds a run with other hparams "
+          f"(saved, asked): {diff}; resume with the same flags or use a new "
+          "--model_dir")
+    return saved.replace(xla_attention=config.xla_attention,
+                         train_steps=config.train_steps), vocabulary
+  logging.info("building a %d-piece vocabulary from the training data",
+               FLAGS.vocab_size)
+  vocabulary = prepare_lib.build_vocabulary(
+      spec, FLAGS.vocab_size, FLAGS.vocab_model_type, seed=FLAGS.seed)
+  config = config.replace(vocab_size=vocabulary.vocab_size)
+  vocabulary.save(model_dir)
+  run_dir.save(model_dir, config, spec, FLAGS.flags_into_string())
+  return config, vocabulary
+
+
+def main(argv):
+  del argv
+  if FLAGS.keep_checkpoints < FLAGS.average_checkpoints:
+    raise app.UsageError(
+        f"--keep_checkpoints={FLAGS.keep_checkpoints} is below "
+        f"--average_checkpoints={FLAGS.average_checkpoints}: the checkpoints "
+        "to average would be deleted")
+  if FLAGS.distribution == "multi_worker" and (
+      FLAGS.checkpoint_every_secs or not FLAGS.checkpoint_every_steps):
+    raise app.UsageError(
+        "--distribution=multi_worker saves checkpoints collectively, so every "
+        "worker must decide alike: pass --checkpoint_every_steps=N and "
+        "--checkpoint_every_secs=0")
+  strategy_lib.split_cpu(FLAGS.cpu_devices)  # before any op
+  try:
+    config = _run_config()
+    spec = data_flags.spec_from_flags()
+    # Before anything runs an op: collective ops are configured at start-up.
+    strategy = strategy_lib.create_strategy(
+        FLAGS.distribution, FLAGS.num_gpus, FLAGS.cpu_devices, FLAGS.tpu)
+  except (DataError, ValueError) as e:
+    print(f"train: error: {e}", file=sys.stderr)
+    return 1
+  from tf_transformer.training.trainer import NonFiniteLossError
+  from tf_transformer.training.trainer import TrainOptions
+  from tf_transformer.training.trainer import Trainer
+  try:
+    chief = strategy_lib.is_chief(strategy)
+    config, vocabulary = _prepare_run_dir(config, spec, chief)
+    options = TrainOptions(
+        model_dir=FLAGS.model_dir, train_steps=config.train_steps,
+        batch_tokens=config.batch_tokens, max_length=FLAGS.max_length,
+        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+        checkpoint_every_steps=FLAGS.checkpoint_every_steps,
+        checkpoint_every_secs=FLAGS.checkpoint_every_secs,
+        keep_checkpoints=FLAGS.keep_checkpoints,
+        eval_every_steps=FLAGS.eval_every_steps,
+        eval_max_sentences=FLAGS.eval_max_sentences,
+        log_every_steps=FLAGS.log_every_steps, seed=FLAGS.seed,
+        jit_compile_step=FLAGS.jit_compile_step,
+        mixed_precision=FLAGS.mixed_precision or None,
+        log_gradient_norm=FLAGS.log_gradient_norm)
+    logging.info("%s on %d replica(s): %s", FLAGS.distribution,
+                 strategy.num_replicas_in_sync, config)
+    trainer = Trainer(config, vocabulary, spec, options, strategy)
+    result = trainer.train()
+  except (DataError, ValueError, FileNotFoundError) as e:
+    print(f"train: error: {e}", file=sys.stderr)
+    return 1
+  except NonFiniteLossError as e:
+    print(f"train: {e}", file=sys.stderr)
+    return 3
+  losses = result["losses"]
+  if losses:
+    print(f"trained to step {result['step']}: loss {losses[0]:.4f} (first "
+          f"step of this run) -> {losses[-1]:.4f} (last)")
+  if result["dev"]:
+    print("dev: " + " ".join(f"{k}={v:.4f}" for k, v in result["dev"].items()))
+  print(f"weights_fingerprint={result['weights_fingerprint']:.6f}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,168 @@
+"""bin/train.py and bin/average_checkpoints.py as a user runs them: a run
+killed with SIGKILL resumes, two workers agree, TensorBoard has every tag."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from conftest import REPO, run_script
+from tf_transformer.training import schedule
+
+TINY = ["--config=tiny", "--dataset=numbers", "--numbers_train_size=300",
+        "--vocab_size=400", "--max_length=32", "--batch_tokens=512",
+        "--checkpoint_every_secs=0", "--alsologtostderr"]
+
+
+def _train_command(model_dir, *args):
+  return [sys.executable, os.path.join(REPO, "bin", "train.py"),
+          f"--model_dir={model_dir}", *TINY, *args]
+
+
+def _env():
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
+  model_dir = tmp_path / "run"
+  args = ["--train_steps=400", "--checkpoint_every_steps=5",
+          "--log_every_steps=1", "--eval_every_steps=0"]
+  process = subprocess.Popen(_train_command(model_dir, *args),
+                             stderr=subprocess.PIPE, text=True, env=_env())
+  deadline = time.time() + 300
+  for line in process.stderr:
+    match = re.search(r"step (\d+)/400", line)
+    if match and int(match.group(1)) >= 13:
+      break
+    assert time.time() < deadline, "training did not reach step 13"
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  saved_step = int(latest.rsplit("-", 1)[1])
+  assert saved_step >= 10 and saved_step % 5 == 0
+  reader = tf.train.load_checkpoint(latest)
+  slots = [n for n, _ in tf.train.list_variables(latest)
+           if n.startswith("optimizer/_variables")]
+  assert slots, "optimizer slots are checkpointed"
+  slot_value = reader.get_tensor(slots[0])
+
+  resumed = subprocess.run(
+      _train_command(model_dir, *args[1:], f"--train_steps={saved_step + 3}"),
+      capture_output=True, text=True, env=_env(), timeout=600)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"at step {saved_step} " in resumed.stderr
+  first = re.search(r"step (\d+)/\d+ loss \S+ lr (\S+)", resumed.stderr)
+  assert int(first.group(1)) == saved_step + 1
+  expected_lr = float(schedule.learning_rate(saved_step + 1, 64, 400))
+  np.testing.assert_allclose(float(first.group(2)), expected_lr, rtol=1e-2)
+  final = tf.train.latest_checkpoint(str(model_dir))
+  assert final.endswith(f"ckpt-{saved_step + 3}")
+  assert np.any(tf.train.load_checkpoint(final).get_tensor(slots[0]) !=
+                slot_value)
+
+
+def _free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def test_two_workers_on_loopback_agree(tmp_path):
+  ports = _free_ports(2)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  processes = []
+  for index in range(2):
+    env = _env()
+    env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                   "task": {"type": "worker", "index": index}})
+    processes.append(subprocess.Popen(
+        _train_command(tmp_path / "run", "--distribution=multi_worker",
+                       "--train_steps=3", "--checkpoint_every_steps=3",
+                       "--eval_every_steps=0", "--log_every_steps=1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+  outputs = [p.communicate(timeout=600) for p in processes]
+  for process, (out, err) in zip(processes, outputs):
+    assert process.returncode == 0, err[-3000:]
+  fingerprints = [re.search(r"weights_fingerprint=(\S+)", out).group(1)
+                  for out, _ in outputs]
+  assert fingerprints[0] == fingerprints[1]
+  assert "MultiWorkerMirroredStrategy" in outputs[0][1] or "multi_worker" in \
+      outputs[0][1]
+  assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-3")
+  assert not os.path.exists(tmp_path / "run" / ".workers" / "worker_1")
+
+
+def _tags(directory):
+  from tensorboard.backend.event_processing import event_accumulator
+  accumulator = event_accumulator.EventAccumulator(
+      str(directory), size_guidance={"tensors": 0, "images": 0})
+  accumulator.Reload()
+  tags = accumulator.Tags()
+  return set(tags["tensors"]) | set(tags["images"]) | set(tags["scalars"])
+
+
+def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
+  model_dir = tmp_path / "run"
+  flagfile = tmp_path / "flags.txt"
+  flagfile.write_text("\n".join(TINY[:-1] + [
+      f"--model_dir={model_dir}", "--train_steps=6", "--eval_every_steps=3",
+      "--log_every_steps=3", "--checkpoint_every_steps=2",
+      "--keep_checkpoints=3", "--average_checkpoints=3"]))
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, "bin", "train.py"),
+       f"--flagfile={flagfile}"], capture_output=True, text=True, env=_env(),
+      timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "trained to step 6" in result.stdout
+  train_tags = _tags(model_dir / "train")
+  for tag in ("loss", "perplexity", "learning_rate", "tokens_per_sec",
+              "gradient_norm", "_hparams_/session_start_info"):
+    assert tag in train_tags, (tag, train_tags)
+  dev_tags = _tags(model_dir / "dev")
+  for tag in ("loss", "perplexity", "bleu_greedy", "exact_match",
+              "sample_translations", "attention/encoder_self",
+              "attention/decoder_self", "attention/encoder_decoder"):
+    assert tag in dev_tags, (tag, dev_tags)
+  for name in ("config.json", "vocabulary.model", "data_spec.json",
+               "train_flags.txt"):
+    assert (model_dir / name).exists()
+
+  averaged = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
+                        "--num_checkpoints=3",
+                        f"--output_dir={tmp_path / 'avg'}")
+  assert averaged.returncode == 0, averaged.stderr
+  assert "averaged 3 checkpoints: ckpt-2, ckpt-4, ckpt-6" in averaged.stdout
+  assert (tmp_path / "avg" / "vocabulary.model").exists()
+  refused = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
+                       "--num_checkpoints=5",
+                       f"--output_dir={tmp_path / 'avg5'}")
+  assert refused.returncode == 1
+  assert "fewer than --num_checkpoints=5" in refused.stderr
+
+
+def test_flag_errors_are_clear(tmp_path):
+  result = run_script("train.py", f"--model_dir={tmp_path}", "--config=tiny",
+                      "--keep_checkpoints=3", "--average_checkpoints=5")
+  assert result.returncode != 0
+  assert "--keep_checkpoints=3 is below --average_checkpoints=5" in \
+      result.stderr
+  result = run_script("train.py", f"--model_dir={tmp_path}", "--config=tiny",
+                      "--dataset=", "--train_source=/nonexistent.en",
+                      "--train_target=/nonexistent.de")
+  assert result.returncode == 1
+  assert "/nonexistent.en: no such file" in result.stderr
+  assert "Traceback" not in result.stderr
+  result = run_script("train.py", "--helpfull")
+  assert "tf_transformer.data.data_flags" in result.stdout
+  assert "--batch_tokens" in result.stdout

@@ -1,0 +1,187 @@
+"""Section 5's recipe and the training loop: schedule, distribution,
+accumulation, determinism, NaN stop, checkpoints and averaging."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import build_model, get_config
+from tf_transformer.training import checkpoints
+from tf_transformer.training import schedule
+from tf_transformer.training import trainer as trainer_lib
+from training_helpers import copy_weights, distribute, global_batch, make_trainer
+
+
+def test_schedule_is_equation_3():
+  d_model, warmup = 512, 4000
+  for step in (1, 10, 100, 3999, 4000, 4001, 10000, 100000):
+    expected = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    np.testing.assert_allclose(
+        schedule.learning_rate(step, d_model, warmup), expected, rtol=1e-6)
+  assert float(schedule.learning_rate(0, d_model, warmup)) == 0.0
+  peak = schedule.learning_rate(4000, 512, 4000)
+  assert peak > schedule.learning_rate(3000, 512, 4000)
+  assert peak > schedule.learning_rate(5000, 512, 4000)
+  # Keras passes completed updates: update n gets eq. 3 at step n.
+  keras_schedule = schedule.TransformerSchedule(512, 4000)
+  np.testing.assert_allclose(keras_schedule(tf.constant(9)),
+                             schedule.learning_rate(10, 512, 4000), rtol=1e-6)
+
+
+def test_optimizer_is_the_papers_adam(tmp_path):
+  trainer = make_trainer(tmp_path)
+  optimizer = trainer.optimizer
+  assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (
+      0.9, 0.98, 1e-9)
+
+
+def _step(trainer, strategy, batch):
+  return trainer._train_step(distribute(strategy, batch))
+
+
+def test_eight_devices_equal_one_device(tmp_path):
+  batch = global_batch(rows=16)
+  one = make_trainer(tmp_path / "one")
+  mirrored = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
+  eight = make_trainer(tmp_path / "eight", mirrored)
+  copy_weights(one, eight)
+  loss_one = _step(one, one.strategy, batch)
+  loss_eight = _step(eight, mirrored, batch)
+  for a, b in zip(loss_one, loss_eight):  # loss, nll, tokens, source, norm
+    np.testing.assert_allclose(a, b, rtol=1e-4)
+  for a, b in zip(one.model.get_weights(), eight.model.get_weights()):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  assert int(eight.optimizer.iterations.numpy()) == 1
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_accumulated_steps_equal_one_larger_step(tmp_path, devices):
+  # Collective groups of another size cannot coexist in one process with
+  # the 8-device strategy above, so 2 devices reduce through one device.
+  strategy = (tf.distribute.OneDeviceStrategy("/cpu:0") if devices == 1 else
+              tf.distribute.MirroredStrategy(
+                  ["/cpu:0", "/cpu:1"],
+                  cross_device_ops=tf.distribute.ReductionToOneDevice()))
+  first, second = global_batch(rows=4, seed=1), global_batch(rows=4, seed=2)
+  both = tf.nest.map_structure(lambda a, b: tf.concat([a, b], 0), first,
+                               second)
+  big = make_trainer(tmp_path / "big", strategy)
+  accumulated = make_trainer(tmp_path / "acc", strategy,
+                             gradient_accumulation_steps=2)
+  copy_weights(big, accumulated)
+  big._train_step(distribute(strategy, both))
+  accumulated._accumulate_step(distribute(strategy, first))
+  accumulated._accumulate_step(distribute(strategy, second))
+  assert int(accumulated.optimizer.iterations.numpy()) == 0
+  accumulated._apply_step()
+  assert int(accumulated.optimizer.iterations.numpy()) == 1
+  for a, b in zip(big.model.get_weights(), accumulated.model.get_weights()):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_same_seed_same_losses(tmp_path):
+  losses = []
+  for run in ("a", "b"):
+    trainer = make_trainer(tmp_path / run, overrides="dropout_rate=0.1",
+                           train_steps=3)
+    losses.append(trainer.train()["losses"])
+  assert len(losses[0]) == 3
+  assert losses[0] == losses[1]
+
+
+def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  trainer = make_trainer(tmp_path, train_steps=2, checkpoint_every_steps=1)
+  trainer.train()
+  good = tf.train.latest_checkpoint(str(tmp_path))
+  assert good.endswith("ckpt-2")
+  weight = trainer.model.trainable_variables[0]
+  weight.assign(tf.fill(weight.shape, np.nan))
+  trainer.options.train_steps = 5
+  with pytest.raises(trainer_lib.NonFiniteLossError) as error:
+    trainer.train()
+  assert "step 3: loss=nan" in str(error.value)
+  assert good in str(error.value)
+  assert tf.train.latest_checkpoint(str(tmp_path)) == good
+  reader = tf.train.load_checkpoint(good)
+  for name, _ in tf.train.list_variables(good):
+    if name.startswith("model/"):
+      assert np.all(np.isfinite(reader.get_tensor(name)))
+
+
+def test_damaged_newest_checkpoint_falls_back(tmp_path, caplog):
+  trainer = make_trainer(tmp_path, train_steps=2, checkpoint_every_steps=1)
+  trainer.train()
+  newest = tf.train.latest_checkpoint(str(tmp_path))
+  for data in tf.io.gfile.glob(newest + ".data-*"):
+    with open(data, "r+b") as f:
+      f.truncate(16)
+  resumed = make_trainer(tmp_path, train_steps=2, checkpoint_every_steps=1)
+  path = resumed.checkpointer.restore()
+  assert path.endswith("ckpt-1")
+  assert resumed.step == 1
+  assert any("damaged" in r.getMessage() for r in caplog.records)
+
+
+def _save_model_checkpoint(model, directory, step):
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                                       str(directory), max_to_keep=10)
+  return manager.save(checkpoint_number=step)
+
+
+def test_checkpoint_holds_every_model_weight(tmp_path):
+  """Keras 3 hides list attributes from tf.train.Checkpoint; every layer of
+  the stacks must still be saved."""
+  model = build_model(get_config("tiny", "norm_position=pre"))
+  path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+  saved = [n for n, _ in tf.train.list_variables(path) if n.startswith("model/")]
+  assert len(saved) == len(model.weights)
+  restored = build_model(get_config("tiny", "norm_position=pre"))
+  tf.train.Checkpoint(model=restored).read(path).assert_existing_objects_matched()
+  for a, b in zip(model.get_weights(), restored.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_average_of_two_checkpoints_is_the_mean(tmp_path):
+  config = get_config("tiny")
+  model = build_model(config)
+  first = [w.copy() for w in model.get_weights()]
+  _save_model_checkpoint(model, tmp_path / "run", 1)
+  second = [w + np.float32(1.5) for w in first]
+  model.set_weights(second)
+  _save_model_checkpoint(model, tmp_path / "run", 2)
+  averaged = build_model(config)
+  path, chosen = checkpoints.average_checkpoints(
+      averaged, str(tmp_path / "run"), 2, str(tmp_path / "avg"))
+  assert len(chosen) == 2 and path.endswith("ckpt-2")
+  restored = build_model(config)
+  tf.train.Checkpoint(model=restored).read(path).expect_partial()
+  for a, b, r in zip(first, second, restored.get_weights()):
+    np.testing.assert_allclose(r, (a + b) / 2, rtol=1e-6)
+
+
+def test_averaging_identical_checkpoints_is_the_identity(tmp_path):
+  config = get_config("tiny")
+  model = build_model(config)
+  for step in (1, 2, 3):
+    _save_model_checkpoint(model, tmp_path / "run", step)
+  averaged = build_model(config)
+  path, _ = checkpoints.average_checkpoints(averaged, str(tmp_path / "run"), 3,
+                                            str(tmp_path / "avg"))
+  for a, b in zip(model.get_weights(), averaged.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(checkpoints.CheckpointError, match="has 3 checkpoint"
+                     r"\(s\), fewer than --num_checkpoints=4"):
+    checkpoints.average_checkpoints(averaged, str(tmp_path / "run"), 4,
+                                    str(tmp_path / "avg2"))
+
+
+def test_averaging_skips_optimizer_slots_and_step(tmp_path):
+  trainer = make_trainer(tmp_path / "run", train_steps=2,
+                         checkpoint_every_steps=1)
+  trainer.train()
+  model = build_model(trainer.config)
+  path, _ = checkpoints.average_checkpoints(model, str(tmp_path / "run"), 2,
+                                            str(tmp_path / "avg"))
+  names = [n for n, _ in tf.train.list_variables(path)]
+  assert any(n.startswith("model/") for n in names)
+  assert not any(n.startswith("optimizer/") for n in names)

@@ -1,0 +1,57 @@
+"""Small runs for the training tests: a tiny config on a small numbers task."""
+
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer import get_config
+from tf_transformer.data import prepare
+from tf_transformer.data.sources import DataSpec
+from tf_transformer.special_ids import BOS_ID, EOS_ID
+from tf_transformer.training import trainer as trainer_lib
+
+SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
+
+
+@functools.lru_cache(maxsize=1)
+def vocabulary():
+  return prepare.build_vocabulary(SPEC, 400)
+
+
+def make_trainer(model_dir, strategy=None, overrides="dropout_rate=0.0",
+                 **options):
+  config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size)
+  options = trainer_lib.TrainOptions(
+      model_dir=str(model_dir), **{"train_steps": 10, "batch_tokens": 512,
+                                   "max_length": 32, "eval_every_steps": 0,
+                                   "log_every_steps": 1,
+                                   "checkpoint_every_secs": 0, **options})
+  return trainer_lib.Trainer(config, vocabulary(), SPEC, options,
+                             strategy or tf.distribute.OneDeviceStrategy(
+                                 "/cpu:0"))
+
+
+def global_batch(rows=8, length=8, seed=0, vocab=300):
+  """((source, target_in), target_out) with uneven lengths and padding."""
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, vocab, size=(rows, length)).astype(np.int32)
+  target = rng.integers(4, vocab, size=(rows, length)).astype(np.int32)
+  for row in range(rows):
+    source[row, rng.integers(2, length):] = 0
+    target[row, rng.integers(2, length):] = 0
+  target_in = np.concatenate([np.full((rows, 1), BOS_ID), target[:, :-1]], 1)
+  target_out = np.where(target > 0, target, 0).astype(np.int32)
+  target_out[np.arange(rows), (target > 0).sum(1) - 1] = EOS_ID
+  return (tf.constant(source), tf.constant(target_in.astype(np.int32))), \
+      tf.constant(target_out)
+
+
+def distribute(strategy, batch):
+  """The global batch split evenly over the strategy's replicas."""
+  return next(iter(strategy.experimental_distribute_dataset(
+      tf.data.Dataset.from_tensors(batch))))
+
+
+def copy_weights(source, target):
+  target.model.set_weights(source.model.get_weights())

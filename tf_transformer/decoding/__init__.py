@@ -1,0 +1,1 @@
+"""Decoding over the cached decoder step (section 6.1)."""

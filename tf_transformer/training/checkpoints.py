@@ -1,0 +1,129 @@
+"""Checkpoints that survive a kill, and checkpoint averaging (section 6.1).
+
+`Checkpointer` saves the model, the optimizer (slots and step) and the input
+position every N steps and/or N seconds through `tf.train.CheckpointManager`,
+whose index file is only updated after a checkpoint is fully written: a run
+killed at any moment restarts from the last complete checkpoint. A damaged
+newest checkpoint is skipped with a warning in favour of the one before.
+
+`average_checkpoints` averages the model variables (not the optimizer slots
+or the step) of the last N checkpoints into a new model directory.
+"""
+
+import os
+import shutil
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+# What a model directory holds besides checkpoints; copied by averaging.
+RUN_FILES = ("config.json", "vocabulary.model", "data_spec.json",
+             "data_stats.json")
+
+
+class CheckpointError(RuntimeError):
+  """No usable checkpoint, or too few to average."""
+
+
+class Checkpointer:
+  """Saves and restores one run's state under `directory`."""
+
+  def __init__(self, directory, keep=20, every_steps=None, every_secs=600,
+               is_chief=True, worker_id=0, **objects):
+    self.checkpoint = tf.train.Checkpoint(**objects)
+    self.directory = directory
+    # Non-chief workers of a multi-worker run must save too (the save is a
+    # collective) but into a scratch directory that is deleted.
+    self.is_chief = is_chief
+    write_dir = directory if is_chief else os.path.join(
+        directory, ".workers", f"worker_{worker_id}")
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint, write_dir, max_to_keep=keep)
+    self.reader = tf.train.CheckpointManager(self.checkpoint, directory,
+                                             max_to_keep=None)
+    self.every_steps = every_steps
+    self.every_secs = every_secs
+    self.last_save_time = time.time()
+    self.last_save_step = None
+
+  def restore(self):
+    """Restores the newest readable checkpoint; returns its path or None."""
+    candidates = list(reversed(self.reader.checkpoints))
+    for i, path in enumerate(candidates):
+      try:
+        status = self.checkpoint.restore(path)
+        status.assert_existing_objects_matched().expect_partial()
+      except Exception as e:  # pylint: disable=broad-except
+        # Truncated or missing files surface as OpError, IndexError,
+        # ValueError or AssertionError: all mean "damaged", try the previous.
+        logging.warning("checkpoint %s is damaged (%s: %s); trying the one "
+                        "before", path, type(e).__name__,
+                        str(e).splitlines()[0][:200])
+        continue
+      if i:
+        logging.warning("resumed from %s, %d newer checkpoint(s) unreadable",
+                        path, i)
+      return path
+    return None
+
+  def latest(self):
+    """The newest complete checkpoint in the run directory, or None."""
+    return tf.train.latest_checkpoint(self.directory)
+
+  def due(self, step):
+    if self.every_steps and step % self.every_steps == 0:
+      return True
+    return bool(self.every_secs) and (
+        time.time() - self.last_save_time >= self.every_secs)
+
+  def save(self, step):
+    """Saves now (every worker must call this in a multi-worker run)."""
+    if step == self.last_save_step:
+      return None
+    path = self.manager.save(checkpoint_number=step)
+    self.last_save_time, self.last_save_step = time.time(), step
+    if not self.is_chief:
+      shutil.rmtree(self.manager.directory, ignore_errors=True)
+    return path
+
+  def maybe_save(self, step):
+    return self.save(step) if self.due(step) else None
+
+
+def checkpoint_paths(model_dir):
+  state = tf.train.get_checkpoint_state(model_dir)
+  return list(state.all_model_checkpoint_paths) if state else []
+
+
+def average_checkpoints(model, model_dir, num_checkpoints, output_dir):
+  """Averages the model variables of the last `num_checkpoints` checkpoints
+  of `model_dir` into `output_dir` (with the run's config and vocabulary).
+  Returns (output checkpoint path, the averaged checkpoint paths)."""
+  paths = checkpoint_paths(model_dir)
+  if num_checkpoints < 1:
+    raise CheckpointError(f"--num_checkpoints={num_checkpoints}: must be >= 1")
+  if len(paths) < num_checkpoints:
+    raise CheckpointError(
+        f"{model_dir} has {len(paths)} checkpoint(s), fewer than "
+        f"--num_checkpoints={num_checkpoints}; train longer or average fewer")
+  if os.path.abspath(output_dir) == os.path.abspath(model_dir):
+    raise CheckpointError("--output_dir must differ from --model_dir")
+  chosen = paths[-num_checkpoints:]
+  checkpoint = tf.train.Checkpoint(model=model)
+  total = None
+  for path in chosen:
+    checkpoint.read(path).expect_partial()
+    values = [np.asarray(v.numpy(), np.float64) for v in model.weights]
+    total = values if total is None else [t + v for t, v in zip(total, values)]
+  for variable, value in zip(model.weights, total):
+    variable.assign((value / len(chosen)).astype(variable.dtype))
+  tf.io.gfile.makedirs(output_dir)
+  for name in RUN_FILES:
+    source = os.path.join(model_dir, name)
+    if tf.io.gfile.exists(source):
+      tf.io.gfile.copy(source, os.path.join(output_dir, name), overwrite=True)
+  step = int(chosen[-1].rsplit("-", 1)[-1])
+  manager = tf.train.CheckpointManager(checkpoint, output_dir, max_to_keep=1)
+  return manager.save(checkpoint_number=step), chosen

@@ -1,0 +1,66 @@
+"""What a model directory holds, so later commands need only --model_dir:
+config.json (the TransformerConfig), vocabulary.model (SentencePiece),
+data_spec.json (where the data came from), train_flags.txt (the command line)
+and the checkpoints."""
+
+import dataclasses
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from tf_transformer.config import TransformerConfig
+from tf_transformer.data import vocabulary as vocabulary_lib
+from tf_transformer.data.sources import DataSpec
+
+CONFIG = "config.json"
+DATA_SPEC = "data_spec.json"
+
+
+def _write(path, text):
+  tmp = path + ".tmp"
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write(text)
+  tf.io.gfile.rename(tmp, path, overwrite=True)  # atomic: no half files
+
+
+def save(model_dir, config: TransformerConfig, spec: DataSpec = None,
+         flags_text: str = None):
+  tf.io.gfile.makedirs(model_dir)
+  _write(os.path.join(model_dir, CONFIG), config.to_json())
+  if spec is not None:
+    _write(os.path.join(model_dir, DATA_SPEC),
+           json.dumps(dataclasses.asdict(spec), indent=2))
+  if flags_text is not None:
+    _write(os.path.join(model_dir, "train_flags.txt"), flags_text)
+
+
+def load_config(model_dir) -> TransformerConfig:
+  path = os.path.join(model_dir, CONFIG)
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"{path}: not a model directory (no {CONFIG}); "
+                            "train one with bin/train.py")
+  with tf.io.gfile.GFile(path) as f:
+    return TransformerConfig.from_dict(json.load(f))
+
+
+def load_spec(model_dir) -> DataSpec:
+  path = os.path.join(model_dir, DATA_SPEC)
+  with tf.io.gfile.GFile(path) as f:
+    return DataSpec(**json.load(f))
+
+
+def load(model_dir):
+  """(config, vocabulary) of a trained model directory."""
+  return load_config(model_dir), vocabulary_lib.Vocabulary.load(model_dir)
+
+
+def wait_for(model_dir, names=(CONFIG, vocabulary_lib.FILENAME),
+             timeout_secs=3600):
+  """Non-chief workers wait for the chief to write the run files."""
+  deadline = time.time() + timeout_secs
+  while not all(tf.io.gfile.exists(os.path.join(model_dir, n)) for n in names):
+    if time.time() > deadline:
+      raise TimeoutError(f"{model_dir}: the chief did not write {names}")
+    time.sleep(1)

@@ -1,0 +1,370 @@
+"""The training loop of section 5 under any tf.distribute strategy.
+
+One optimizer update per step. Each replica computes the summed label-smoothed
+loss of its batch; the objective is that sum divided by the number of target
+tokens in the whole global batch (all replicas, all accumulated micro-batches),
+so the update is the same whatever the number of devices or accumulation steps
+(tested). Gradient accumulation keeps per-replica sums in ON_READ variables
+and applies once per step, as OpenNMT-tf does; Keras' own
+`gradient_accumulation_steps` averages per-batch means instead, which weights
+short batches too much.
+
+Nothing is lost: checkpoints hold the model, the optimizer (slots, step) and
+the input position (epoch, batches read in it); each epoch's order is fixed by
+the seed, so a resumed run reads exactly the batches it had not read.
+"""
+
+import dataclasses
+import math
+import time
+from typing import Optional
+
+import keras
+import numpy as np
+import sacrebleu
+import tensorflow as tf
+from absl import logging
+
+from tf_transformer.data import batching
+from tf_transformer.data import sources
+from tf_transformer.decoding import text as text_decoding
+from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.model import build_model
+from tf_transformer.special_ids import PAD_ID
+from tf_transformer.training import optimizer as optimizer_lib
+from tf_transformer.training import schedule
+from tf_transformer.training import strategy as strategy_lib
+from tf_transformer.training.checkpoints import Checkpointer
+from tf_transformer.training.loss import token_losses
+from tf_transformer.training.summaries import Summaries
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class NonFiniteLossError(RuntimeError):
+  """The loss or the gradients became NaN or Inf."""
+
+
+@dataclasses.dataclass
+class TrainOptions:
+  model_dir: str
+  train_steps: int
+  batch_tokens: int = 25000
+  max_length: int = 256
+  gradient_accumulation_steps: int = 1
+  checkpoint_every_steps: Optional[int] = None
+  checkpoint_every_secs: Optional[int] = 600
+  keep_checkpoints: int = 20
+  eval_every_steps: int = 1000
+  eval_max_sentences: int = 200
+  log_every_steps: int = 100
+  seed: int = 0
+  jit_compile_step: bool = False
+  mixed_precision: Optional[str] = None
+  log_gradient_norm: bool = True
+  cache_data: bool = True
+
+
+class Trainer:
+  """Trains `config` on `spec`'s data, tokenized by `vocabulary`."""
+
+  def __init__(self, config, vocabulary, spec, options: TrainOptions,
+               strategy: tf.distribute.Strategy):
+    self.config, self.vocabulary, self.spec = config, vocabulary, spec
+    self.options, self.strategy = options, strategy
+    self.is_chief = strategy_lib.is_chief(strategy)
+    optimizer_lib.set_mixed_precision(options.mixed_precision)
+    keras.utils.set_random_seed(options.seed)
+    self.accumulate = options.gradient_accumulation_steps > 1
+    with strategy.scope():
+      self.model = build_model(config)
+      self.optimizer = optimizer_lib.create_optimizer(
+          config, options.mixed_precision)
+      self.optimizer.build(self.model.trainable_variables)
+      if self.accumulate:
+        on_read = dict(trainable=False,
+                       synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=tf.VariableAggregation.SUM)
+        self.accumulated = [tf.Variable(tf.zeros_like(v), **on_read)
+                            for v in self.model.trainable_variables]
+        self.accumulated_tokens = tf.Variable(0.0, **on_read)
+    self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.checkpointer = Checkpointer(
+        options.model_dir, options.keep_checkpoints,
+        options.checkpoint_every_steps, options.checkpoint_every_secs,
+        self.is_chief, strategy_lib.worker_id(strategy), model=self.model,
+        optimizer=self.optimizer, epoch=self.epoch,
+        batch_in_epoch=self.batch_in_epoch)
+    self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
+    self._build_steps()
+
+  @property
+  def step(self) -> int:
+    return int(self.optimizer.iterations.numpy())
+
+  # ---- data ---------------------------------------------------------------
+
+  def _token_pairs(self, split):
+    return lambda: batching.tokenize(
+        batching.text_dataset(sources.text_pairs(self.spec, split)),
+        self.vocabulary)
+
+  def _train_iterator(self):
+    o = self.options
+    dataset_fn = batching.training_stream_fn(
+        self._token_pairs("train"), o.batch_tokens, o.max_length,
+        seed=o.seed, start_epoch=int(self.epoch.numpy()),
+        start_batch=int(self.batch_in_epoch.numpy()), cache=o.cache_data)
+    return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+
+  def _next_batch(self):
+    """The next global micro-batch; records the input position after it."""
+    batch, (epoch, index) = next(self._iterator)
+    local = self.strategy.experimental_local_results
+    epoch, index = int(local(epoch)[-1]), int(local(index)[-1])
+    if epoch != int(self.epoch.numpy()):
+      logging.info("epoch %d begins", epoch)
+    self.epoch.assign(epoch)
+    self.batch_in_epoch.assign(index + 1)
+    return batch
+
+  # ---- steps --------------------------------------------------------------
+
+  def _forward(self, batch, training):
+    (source, target_in), target_out = batch
+    logits = self.model((source, target_in), training=training)
+    losses, nll, weights = token_losses(target_out, logits,
+                                        self.config.label_smoothing)
+    source_tokens = tf.reduce_sum(tf.cast(source != PAD_ID, tf.float32))
+    return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weights),
+            source_tokens)
+
+  def _scale(self, loss):
+    if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+      return self.optimizer.scale_loss(loss)
+    return loss
+
+  def _apply(self, gradients):
+    """Applies this replica's share of the update; returns the global norm
+    of the aggregated (unscaled) gradient."""
+    variables = self.model.trainable_variables
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync
+    if self.options.log_gradient_norm and replicas > 1:
+      # Keras sums gradients over replicas; sum them here first to measure
+      # the norm of the real update, and hand Keras 1/replicas of it.
+      gradients = context.all_reduce(SUM, gradients)
+      norm = tf.linalg.global_norm(gradients)
+      gradients = [g / replicas for g in gradients]
+    else:
+      norm = tf.linalg.global_norm(gradients)  # local: NaN check only
+    if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+      norm /= tf.cast(self.optimizer.dynamic_scale, norm.dtype)
+    self.optimizer.apply_gradients(zip(gradients, variables))
+    return norm
+
+  def _train_replica_step(self, batch):
+    context = tf.distribute.get_replica_context()
+    with tf.GradientTape() as tape:
+      loss_sum, nll_sum, tokens, source_tokens = self._forward(batch, True)
+      global_tokens = context.all_reduce(SUM, tokens)
+      objective = self._scale(loss_sum / tf.maximum(global_tokens, 1.0))
+    gradients = tape.gradient(objective, self.model.trainable_variables)
+    norm = self._apply(gradients)
+    return loss_sum, nll_sum, tokens, source_tokens, norm
+
+  def _accumulate_replica_step(self, batch):
+    with tf.GradientTape() as tape:
+      loss_sum, nll_sum, tokens, source_tokens = self._forward(batch, True)
+      objective = self._scale(loss_sum)
+    gradients = tape.gradient(objective, self.model.trainable_variables)
+    for accumulated, gradient in zip(self.accumulated, gradients):
+      accumulated.assign_add(gradient)
+    self.accumulated_tokens.assign_add(tokens)
+    return loss_sum, nll_sum, tokens, source_tokens
+
+  def _apply_accumulated_replica_step(self):
+    context = tf.distribute.get_replica_context()
+    global_tokens = tf.maximum(
+        context.all_reduce(SUM, self.accumulated_tokens.read_value()), 1.0)
+    norm = self._apply([a.read_value() / global_tokens
+                        for a in self.accumulated])
+    for accumulated in self.accumulated:
+      accumulated.assign(tf.zeros_like(accumulated))
+    self.accumulated_tokens.assign(0.0)
+    return norm
+
+  def _eval_replica_step(self, batch):
+    loss_sum, nll_sum, tokens, _ = self._forward(batch, False)
+    return loss_sum, nll_sum, tokens
+
+  def _build_steps(self):
+    strategy = self.strategy
+    jit = self.options.jit_compile_step
+    if jit and strategy.num_replicas_in_sync > 1 and not tf.config.list_logical_devices("GPU"):
+      raise ValueError("--jit_compile_step does not run under MirroredStrategy "
+                       "on logical CPU devices (XLA cannot reach other "
+                       "devices' variables); use --distribution=one_device or "
+                       "--xla_attention alone")
+    maybe_jit = (lambda f: tf.function(f, jit_compile=True)) if jit else (
+        lambda f: f)
+
+    def reduce(values):
+      return [strategy.reduce(SUM, v, axis=None) for v in values]
+
+    train_replica = maybe_jit(self._train_replica_step)
+    accumulate_replica = maybe_jit(self._accumulate_replica_step)
+
+    def train_step(batch):
+      outputs = strategy.run(train_replica, args=(batch,))
+      return reduce(outputs[:4]) + [
+          strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs[4], axis=None)]
+
+    def accumulate_step(batch):
+      return reduce(strategy.run(accumulate_replica, args=(batch,)))
+
+    def eval_step(batch):
+      return reduce(strategy.run(self._eval_replica_step, args=(batch,)))
+
+    @tf.function
+    def apply_step():
+      return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(
+          self._apply_accumulated_replica_step), axis=None)
+
+    self._step_fns = {"_train_step": train_step,
+                      "_accumulate_step": accumulate_step,
+                      "_eval_step": eval_step}
+    self._compile_steps()
+    self._apply_step = apply_step
+    self._greedy = tf.function(lambda ids: greedy_search(
+        self.model, ids, self.config.max_decode_length_offset))
+
+  def _compile_steps(self, batch_spec=None):
+    """tf.functions of the steps. With the distributed dataset's element
+    spec (dimensions None), each traces once whatever the bucket shapes;
+    without it they retrace per shape (fine for a few fixed batches)."""
+    for name, fn in self._step_fns.items():
+      setattr(self, name, tf.function(
+          fn, input_signature=None if batch_spec is None else [batch_spec],
+          reduce_retracing=True))
+
+  def train_one_step(self):
+    """One optimizer update; returns (loss, nll, target tokens, source
+    tokens, gradient norm) summed over the global batch."""
+    if not self.accumulate:
+      return [float(v) for v in self._train_step(self._next_batch())]
+    totals = np.zeros(4)
+    for _ in range(self.options.gradient_accumulation_steps):
+      totals += [float(v) for v in self._accumulate_step(self._next_batch())]
+    return list(totals) + [float(self._apply_step())]
+
+  # ---- evaluation ---------------------------------------------------------
+
+  def evaluate_loss(self):
+    """Dev loss and perplexity per target token (teacher forcing)."""
+    dataset_fn = batching.distributed_dataset_fn(
+        self._token_pairs("dev"), self.options.batch_tokens,
+        self.options.max_length, shuffle=False)
+    totals = np.zeros(3)
+    for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
+      totals += [float(v) for v in self._eval_step(batch)]
+    loss_sum, nll_sum, tokens = totals
+    tokens = max(tokens, 1.0)
+    return {"loss": loss_sum / tokens,
+            "perplexity": math.exp(min(nll_sum / tokens, 50.0))}
+
+  def evaluate_translations(self):
+    """sacrebleu BLEU of greedy translations of the first dev sentences,
+    some samples and one sentence's attention weights."""
+    pairs = list(sources.text_pairs(self.spec, "dev")())[
+        :self.options.eval_max_sentences]
+    source_texts = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    hypotheses = text_decoding.translate(self._greedy, self.vocabulary,
+                                         source_texts)
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+    exact = np.mean([h == r for h, r in zip(hypotheses, references)])
+    source_ids = text_decoding.encode_sources(self.vocabulary,
+                                              source_texts[:1])
+    target_in = tf.concat([[[2]], text_decoding.encode_sources(
+        self.vocabulary, hypotheses[:1])[:, :-1]], axis=1)
+    attention = self.model.attention_weights(source_ids, target_in)
+    samples = list(zip(source_texts, references, hypotheses))[:5]
+    return {"bleu_greedy": bleu.score, "exact_match": float(exact)}, samples, \
+        attention
+
+  def evaluate(self, step):
+    metrics = self.evaluate_loss()
+    if self.is_chief:
+      scores, samples, attention = self.evaluate_translations()
+      metrics.update(scores)
+      self.summaries.translations(step, samples)
+      self.summaries.attention(step, attention)
+    self.summaries.scalars("dev", step, metrics)
+    logging.info("step %d dev: %s", step, " ".join(
+        f"{k}={v:.4g}" for k, v in metrics.items()))
+    return metrics
+
+  # ---- the loop -----------------------------------------------------------
+
+  def train(self):
+    """Trains to `train_steps`, resuming from the newest checkpoint."""
+    o = self.options
+    restored = self.checkpointer.restore()
+    if restored:
+      logging.info("resumed from %s at step %d (epoch %d, batch %d)",
+                   restored, self.step, int(self.epoch.numpy()),
+                   int(self.batch_in_epoch.numpy()))
+    self.summaries.hparams({**self.config.to_dict(),
+                            **dataclasses.asdict(o)})
+    self._iterator = self._train_iterator()
+    self._compile_steps(self._iterator.element_spec[0])
+    window = np.zeros(5)
+    window_start, window_steps = time.time(), 0
+    run_start, start_step = time.time(), self.step
+    history = []
+    metrics = {}
+    while self.step < o.train_steps:
+      loss_sum, nll_sum, tokens, source_tokens, norm = self.train_one_step()
+      step = self.step
+      loss = loss_sum / max(tokens, 1.0)
+      if not (math.isfinite(loss) and math.isfinite(norm)):
+        raise NonFiniteLossError(
+            f"step {step}: loss={loss} gradient_norm={norm}; stopping. The "
+            f"last good checkpoint is {self.checkpointer.latest()}"
+            " (a restart resumes from it); lower the learning rate "
+            "(--hparams=learning_rate_scale=0.5) or check the data")
+      history.append(loss)
+      window += [loss_sum, nll_sum, tokens, source_tokens, norm]
+      window_steps += 1
+      if step % o.log_every_steps == 0 or step == o.train_steps:
+        self._log(step, window, window_steps, time.time() - window_start,
+                  (time.time() - run_start) / max(step - start_step, 1))
+        window, window_start, window_steps = np.zeros(5), time.time(), 0
+      if o.eval_every_steps and step % o.eval_every_steps == 0:
+        metrics = self.evaluate(step)
+      self.checkpointer.maybe_save(step)
+    self.checkpointer.save(self.step)
+    fingerprint = sum(float(np.sum(np.abs(w))) for w in self.model.get_weights())
+    return {"step": self.step, "losses": history, "dev": metrics,
+            "weights_fingerprint": fingerprint}
+
+  def _log(self, step, window, steps, seconds, seconds_per_step):
+    loss_sum, nll_sum, tokens, source_tokens, norm = window
+    loss = loss_sum / max(tokens, 1.0)
+    # The rate the logged update used (the optimizer already points at the
+    # next one).
+    learning_rate = float(schedule.learning_rate(
+        step, self.config.d_model, self.config.warmup_steps,
+        self.config.learning_rate_scale))
+    tokens_per_sec = (tokens + source_tokens) / max(seconds, 1e-9)
+    eta = int(seconds_per_step * (self.options.train_steps - step))
+    logging.info(
+        "step %d/%d loss %.4f lr %.3g tokens/s %s ETA %d:%02d:%02d", step,
+        self.options.train_steps, loss, learning_rate,
+        f"{tokens_per_sec:,.0f}", eta // 3600, eta // 60 % 60, eta % 60)
+    self.summaries.scalars("train", step, {
+        "loss": loss, "perplexity": math.exp(min(nll_sum / max(tokens, 1), 50)),
+        "learning_rate": learning_rate, "tokens_per_sec": tokens_per_sec,
+        "gradient_norm": norm / max(steps, 1)})
