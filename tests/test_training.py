@@ -1,6 +1,7 @@
 """Section 5's recipe and the training loop: schedule, distribution,
 accumulation, determinism, NaN stop, checkpoints and averaging."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -185,3 +186,33 @@ def test_averaging_skips_optimizer_slots_and_step(tmp_path):
   names = [n for n, _ in tf.train.list_variables(path)]
   assert any(n.startswith("model/") for n in names)
   assert not any(n.startswith("optimizer/") for n in names)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_mixed_precision_trains(tmp_path, precision):
+  trainer = make_trainer(tmp_path, mixed_precision=precision, train_steps=3)
+  assert trainer.model.compute_dtype == precision
+  assert trainer.model.weights[0].dtype == "float32"
+  if precision == "float16":
+    assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
+  losses = trainer.train()["losses"]
+  assert len(losses) == 3 and all(np.isfinite(losses))
+
+
+def test_whole_step_xla_matches_the_plain_step(tmp_path):
+  batch = global_batch(rows=8)
+  plain = make_trainer(tmp_path / "plain")
+  compiled = make_trainer(tmp_path / "jit", jit_compile_step=True)
+  copy_weights(plain, compiled)
+  for a, b in zip(_step(plain, plain.strategy, batch),
+                  _step(compiled, compiled.strategy, batch)):
+    np.testing.assert_allclose(a, b, rtol=1e-4)
+  for a, b in zip(plain.model.get_weights(), compiled.model.get_weights()):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_whole_step_xla_refuses_mirrored_cpu_devices(tmp_path):
+  mirrored = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
+  with pytest.raises(ValueError, match="--jit_compile_step does not run "
+                     "under MirroredStrategy on logical CPU devices"):
+    make_trainer(tmp_path, mirrored, jit_compile_step=True)
