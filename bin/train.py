@@ -111,7 +111,15 @@ def _prepare_run_dir(config, spec, chief):
       spec, FLAGS.vocab_size, FLAGS.vocab_model_type, seed=FLAGS.seed)
   config = config.replace(vocab_size=vocabulary.vocab_size)
   vocabulary.save(model_dir)
-  run_dir.save(model_dir, config, spec, FLAGS.flags_into_string())
+  stats = prepare_lib.corpus_statistics(spec, vocabulary, FLAGS.max_length)
+  for split, split_stats in stats.items():
+    if isinstance(split_stats, dict):
+      logging.info(
+          "%s: %d pairs, %d dropped as longer than --max_length=%d, %d with "
+          "an empty side", split, split_stats["pairs"],
+          split_stats["dropped_too_long"], FLAGS.max_length,
+          split_stats["dropped_empty_side"])
+  run_dir.save(model_dir, config, spec, FLAGS.flags_into_string(), stats)
   return config, vocabulary
 
 

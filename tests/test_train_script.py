@@ -135,8 +135,11 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
               "attention/decoder_self", "attention/encoder_decoder"):
     assert tag in dev_tags, (tag, dev_tags)
   for name in ("config.json", "vocabulary.model", "data_spec.json",
-               "train_flags.txt"):
+               "train_flags.txt", "data_stats.json"):
     assert (model_dir / name).exists()
+  stats = json.loads((model_dir / "data_stats.json").read_text())
+  assert stats["train"]["pairs"] == 300
+  assert "dropped as longer than --max_length=32" in result.stderr
 
   averaged = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
                         "--num_checkpoints=3",

@@ -109,6 +109,26 @@ def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):
       assert np.all(np.isfinite(reader.get_tensor(name)))
 
 
+def test_restore_brings_back_step_slots_and_input_position(tmp_path):
+  trainer = make_trainer(tmp_path, train_steps=3, checkpoint_every_steps=3)
+  trainer.train()
+  resumed = make_trainer(tmp_path, train_steps=3)
+  assert resumed.step == 0
+  resumed.checkpointer.restore()
+  assert resumed.step == 3
+  assert (int(resumed.epoch.numpy()), int(resumed.batch_in_epoch.numpy())) == (
+      int(trainer.epoch.numpy()), int(trainer.batch_in_epoch.numpy()))
+  pairs = [(a, b) for a, b in zip(trainer.optimizer.variables,
+                                   resumed.optimizer.variables)
+           if "momentum" in b.path or "velocity" in b.path]
+  assert len(pairs) == 2 * len(trainer.model.trainable_variables)
+  assert all(np.any(b.numpy() != 0) for _, b in pairs[:4])
+  for a, b in pairs:
+    np.testing.assert_array_equal(b.numpy(), a.numpy())
+  for a, b in zip(trainer.model.get_weights(), resumed.model.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_damaged_newest_checkpoint_falls_back(tmp_path, caplog):
   trainer = make_trainer(tmp_path, train_steps=2, checkpoint_every_steps=1)
   trainer.train()

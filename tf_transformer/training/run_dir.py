@@ -1,7 +1,8 @@
 """What a model directory holds, so later commands need only --model_dir:
 config.json (the TransformerConfig), vocabulary.model (SentencePiece),
-data_spec.json (where the data came from), train_flags.txt (the command line)
-and the checkpoints."""
+data_spec.json (where the data came from), data_stats.json (pairs, lengths,
+pairs dropped and why), train_flags.txt (the command line) and the
+checkpoints."""
 
 import dataclasses
 import json
@@ -26,7 +27,7 @@ def _write(path, text):
 
 
 def save(model_dir, config: TransformerConfig, spec: DataSpec = None,
-         flags_text: str = None):
+         flags_text: str = None, data_stats: dict = None):
   tf.io.gfile.makedirs(model_dir)
   _write(os.path.join(model_dir, CONFIG), config.to_json())
   if spec is not None:
@@ -34,6 +35,9 @@ def save(model_dir, config: TransformerConfig, spec: DataSpec = None,
            json.dumps(dataclasses.asdict(spec), indent=2))
   if flags_text is not None:
     _write(os.path.join(model_dir, "train_flags.txt"), flags_text)
+  if data_stats is not None:
+    _write(os.path.join(model_dir, "data_stats.json"),
+           json.dumps(data_stats, indent=2))
 
 
 def load_config(model_dir) -> TransformerConfig:
