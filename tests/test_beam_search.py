@@ -1,0 +1,119 @@
+"""Beam search: beam 1 is greedy, a wide beam is exact, finished hypotheses
+stop, batches decode like single sentences."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import build_model, get_config
+from tf_transformer.decoding.beam_search import length_penalty
+from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.search import model_beam_search
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+
+SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID],
+                       [11, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
+
+
+@pytest.fixture(scope="module")
+def model():
+  return build_model(get_config("tiny", "vocab_size=40,dropout_rate=0.0"))
+
+
+def _strip(row):
+  row = list(row)
+  while row and row[-1] == PAD_ID:
+    row.pop()
+  return row
+
+
+def test_beam_one_without_penalty_is_greedy(model):
+  greedy_ids, greedy_scores = greedy_search(model, SOURCES, 6)
+  ids, scores = model_beam_search(model, SOURCES, beam_size=1, alpha=0.0,
+                                  max_length_offset=6)
+  for row in range(3):
+    assert _strip(ids[row, 0].numpy()) == _strip(greedy_ids[row].numpy())
+  np.testing.assert_allclose(scores[:, 0], greedy_scores, rtol=1e-5)
+
+
+def _exhaustive_best(model, source, limit, alpha, vocab):
+  """Every output of at most `limit` tokens, scored like the beam search."""
+  memory, mask = model.encode(source[tf.newaxis])
+  sequences = np.array(list(itertools.product(range(vocab), repeat=limit)))
+  decoder_in = np.concatenate(
+      [np.full((len(sequences), 1), BOS_ID), sequences[:, :-1]], 1)
+  logits = model.decode(tf.constant(decoder_in, tf.int32),
+                        tf.repeat(memory, len(sequences), 0),
+                        tf.repeat(mask, len(sequences), 0))
+  log_probs = tf.nn.log_softmax(logits).numpy()
+  token_log_probs = np.take_along_axis(log_probs, sequences[..., None],
+                                       -1)[..., 0]
+  best = {}
+  for seq, lp in zip(sequences, token_log_probs):
+    ends = np.where(seq == EOS_ID)[0]
+    length = ends[0] + 1 if len(ends) else limit
+    hypothesis = tuple(seq[:length])
+    score = lp[:length].sum() / float(length_penalty(length, alpha))
+    best[hypothesis] = score
+  hypothesis = max(best, key=best.get)
+  return list(hypothesis), best[hypothesis]
+
+
+def test_wide_beam_finds_the_exhaustive_optimum():
+  # Six tokens, outputs of at most 3: 6^3 sequences to enumerate; with 64
+  # beams (more than the 36 live prefixes of length 2) the search is exact.
+  model = build_model(get_config("tiny", "vocab_size=6,dropout_rate=0.0"))
+  for seed in range(3):
+    source = tf.constant([4 + seed % 2, 5, EOS_ID])
+    expected, expected_score = _exhaustive_best(model, source, 3, 0.6, 6)
+    ids, scores = model_beam_search(model, source[tf.newaxis], beam_size=64,
+                                    alpha=0.6, max_length_offset=0)
+    # Source of 3 tokens + offset 0 -> at most 3 output tokens.
+    assert ids.shape[-1] == 3
+    assert list(ids[0, 0].numpy()) == expected + [PAD_ID] * (3 - len(expected))
+    np.testing.assert_allclose(scores[0, 0], expected_score, rtol=1e-4)
+
+
+def test_finished_hypotheses_stop_growing_and_are_sorted(model):
+  ids, scores = model_beam_search(model, SOURCES, beam_size=4, alpha=0.6,
+                                  max_length_offset=8)
+  for row in ids.numpy():
+    for beam in row:
+      ends = np.where(beam == EOS_ID)[0]
+      if len(ends):
+        assert np.all(beam[ends[0] + 1:] == PAD_ID)
+  scores = scores.numpy()
+  assert np.all(np.diff(scores, axis=1) <= 1e-6)
+  lengths = (ids.numpy() != PAD_ID).sum(-1)
+  limits = (SOURCES.numpy() != PAD_ID).sum(-1) + 8
+  assert np.all(lengths <= limits[:, None])
+
+
+def test_batch_decodes_like_single_sentences(model):
+  ids, scores = model_beam_search(model, SOURCES, beam_size=3,
+                                  max_length_offset=5)
+  for row in range(3):
+    length = int((SOURCES[row] != PAD_ID).numpy().sum())
+    one_ids, one_scores = model_beam_search(
+        model, SOURCES[row:row + 1, :length], beam_size=3, max_length_offset=5)
+    for beam in range(3):
+      assert _strip(ids[row, beam].numpy()) == _strip(one_ids[0, beam].numpy())
+    np.testing.assert_allclose(scores[row], one_scores[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_fixed_length_search_compiles_once_with_xla(model):
+  search = tf.function(
+      lambda source: model_beam_search(model, source, beam_size=4,
+                                       max_length_offset=4, max_length=12),
+      jit_compile=True)
+  eager_ids, eager_scores = model_beam_search(model, SOURCES, beam_size=4,
+                                              max_length_offset=4)
+  ids, scores = search(SOURCES)
+  search(SOURCES + 1)
+  assert search.experimental_get_tracing_count() == 1
+  for row in range(3):
+    assert _strip(ids[row, 0].numpy()) == _strip(eager_ids[row, 0].numpy())
+  np.testing.assert_allclose(scores[:, 0], eager_scores[:, 0], rtol=1e-4)
