@@ -15,7 +15,7 @@ def greedy_search(model, source_ids, max_length_offset=50):
   batch = tf.shape(source_ids)[0]
   memory, source_mask = model.encode(source_ids)
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
-  max_length = tf.reduce_max(limits)
+  max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
   cache = model.initial_cache(memory, max_length)
   outputs = tf.TensorArray(tf.int32, size=max_length)
   token = tf.fill([batch, 1], BOS_ID)

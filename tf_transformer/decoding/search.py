@@ -17,7 +17,7 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   memory, source_mask = model.encode(source_ids)
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
   if max_length is None:
-    max_length = tf.reduce_max(limits)
+    max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
   memory = tile_beams(memory, beam_size)
   source_mask = tile_beams(source_mask, beam_size)
   cache = model.initial_cache(memory, max_length)

@@ -126,7 +126,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
   def _split_heads(self, x, depth):
     """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
-    x = tf.reshape(x, [tf.shape(x)[0], -1, self.num_heads, depth])
+    shape = tf.shape(x)  # explicit sizes: -1 is ambiguous for empty batches
+    x = tf.reshape(x, [shape[0], shape[1], self.num_heads, depth])
     return tf.transpose(x, [0, 2, 1, 3])
 
   def project_key_value(self, value):
@@ -145,8 +146,8 @@ class MultiHeadAttention(keras.layers.Layer):
                                     attention_mask,
                                     training=training)
     heads = tf.transpose(heads, [0, 2, 1, 3])
-    concat = tf.reshape(heads, [tf.shape(heads)[0], -1,
-                                self.num_heads * self.d_v])
+    shape = tf.shape(heads)
+    concat = tf.reshape(heads, [shape[0], shape[1], self.num_heads * self.d_v])
     output = self.output_dense(concat)
     return (output, weights) if return_attention_scores else output
 

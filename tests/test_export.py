@@ -1,0 +1,147 @@
+"""The SavedModel for TF Serving: loads with only tensorflow and
+tensorflow_text, holds only core TF and tensorflow-text ops and no XLA,
+answers bad requests, and translates like the in-process beam search."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
+
+from tf_transformer import build_model, get_config
+from tf_transformer.decoding import text as text_decoding
+from tf_transformer.decoding.search import model_beam_search
+from tf_transformer.training import run_dir
+from conftest import run_script
+from training_helpers import vocabulary
+
+PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+  """A run directory with config, vocabulary and one checkpoint."""
+  directory = tmp_path_factory.mktemp("run")
+  config = get_config("tiny", vocab_size=vocabulary().vocab_size)
+  model = build_model(config)
+  run_dir.save(str(directory), config)
+  vocabulary().save(str(directory))
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
+                             max_to_keep=1).save(checkpoint_number=1)
+  return directory
+
+
+@pytest.fixture(scope="module")
+def exported(model_dir, tmp_path_factory):
+  export_dir = tmp_path_factory.mktemp("saved_models") / "numbers"
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={export_dir}", "--max_length_offset=10")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f"exported {export_dir}/1" in result.stdout
+  return export_dir / "1"
+
+
+def test_versions_are_integer_folders(model_dir, exported):
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={exported.parent}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert sorted(os.listdir(exported.parent)) == ["1", "2"]
+  assert (exported / "saved_model.pb").exists()
+
+
+LOAD = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+model = tf.saved_model.load(sys.argv[1])
+serve = model.signatures["serving_default"]
+answers = {}
+requests = {"normal": ["four hundred and twenty-one", "seven"],
+            "empty": [""], "spaces": ["     "], "long": ["nine " * 1000],
+            "bad_utf8": [b"\xff\xfe seven \xc3"], "empty_batch": [],
+            "batch_256": ["twelve"] * 256}
+for name, batch in requests.items():
+  out = serve(text=tf.constant(batch, tf.string, shape=[len(batch)]))
+  answers[name] = {"translation": [t.decode("utf-8", "replace") for t in
+                                   out["translation"].numpy()],
+                   "score": out["score"].numpy().tolist()}
+nbest = model.signatures["nbest"](text=tf.constant(["seven"]))
+answers["nbest_shape"] = list(nbest["translations"].shape)
+answers["modules"] = sorted(m for m in sys.modules if m.startswith("tf_transformer"))
+print(json.dumps(answers))
+"""
+
+
+def test_loads_in_a_fresh_process_and_answers_bad_requests(exported):
+  result = subprocess.run([sys.executable, "-c", LOAD, str(exported)],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert result.returncode == 0, result.stderr[-3000:]
+  answers = json.loads(result.stdout.strip().splitlines()[-1])
+  assert answers["modules"] == []
+  assert len(answers["normal"]["translation"]) == 2
+  assert all(np.isfinite(answers["normal"]["score"]))
+  for name in ("empty", "spaces", "long", "bad_utf8"):
+    assert len(answers[name]["translation"]) == 1
+  # 1000 words are cut to 256 subwords; the output to input + 10.
+  assert len(answers["long"]["translation"][0]) < 20 * (256 + 10)
+  assert answers["empty_batch"] == {"translation": [], "score": []}
+  assert len(answers["batch_256"]["translation"]) == 256
+  assert answers["nbest_shape"] == [1, 4]
+
+
+def _all_ops(path):
+  proto = saved_model_pb2.SavedModel()
+  with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+    proto.ParseFromString(f.read())
+  graph = proto.meta_graphs[0].graph_def
+  nodes = list(graph.node)
+  functions = list(graph.library.function)
+  for function in functions:
+    nodes.extend(function.node_def)
+  return {node.op for node in nodes}, functions
+
+
+def test_graph_has_only_core_and_tensorflow_text_ops(exported):
+  ops, functions = _all_ops(str(exported))
+  function_names = {f.signature.name for f in functions}
+  unknown = {op for op in ops if op not in function_names and
+             op_def_registry.get(op) is None}
+  assert not unknown, f"ops neither in TensorFlow nor tensorflow-text: {unknown}"
+  assert not ops & PYTHON_OPS
+  assert not [op for op in ops if op.startswith("Xla") or op.startswith("_Xla")]
+  assert "SentencepieceTokenizeOp" in ops and "SentencepieceDetokenizeOp" in ops
+  for function in functions:
+    attributes = function.attr
+    assert not ("_XlaMustCompile" in attributes and
+                attributes["_XlaMustCompile"].b), function.signature.name
+
+
+def test_export_translates_like_the_in_process_search(model_dir, exported):
+  config, vocab = run_dir.load(str(model_dir))
+  model = build_model(config)
+  tf.train.Checkpoint(model=model).read(
+      tf.train.latest_checkpoint(str(model_dir))).expect_partial()
+  texts = ["four hundred and twenty-one", "seven"]
+  ids, scores = model_beam_search(model, text_decoding.encode_sources(
+      vocab, texts), beam_size=4, alpha=0.6, max_length_offset=10)
+  expected = [t.decode() for t in vocab.detokenize(ids[:, 0]).numpy()]
+  loaded = tf.saved_model.load(str(exported))
+  out = loaded.signatures["serving_default"](text=tf.constant(texts))
+  assert [t.decode() for t in out["translation"].numpy()] == expected
+  np.testing.assert_allclose(out["score"], scores[:, 0], rtol=1e-4)
+
+
+def test_xla_export_is_compiled_only_when_asked(model_dir, tmp_path):
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={tmp_path / 'xla'}", "--xla")
+  assert result.returncode == 0, result.stderr[-2000:]
+  _, functions = _all_ops(str(tmp_path / "xla" / "1"))
+  assert any("_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b
+             for f in functions)

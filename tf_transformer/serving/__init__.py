@@ -1,0 +1,1 @@
+"""Serving: the SavedModel export for TensorFlow Serving."""
