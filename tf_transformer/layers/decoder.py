@@ -19,7 +19,8 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.layers import masks
-from tf_transformer.layers.encoder import _TransformerBlock, sublayer_arguments
+from tf_transformer.layers.encoder import _TransformerBlock
+from tf_transformer.layers.encoder import _TransformerStack
 
 
 def write_cache(cache, new, step):
@@ -102,7 +103,7 @@ class DecoderLayer(_TransformerBlock):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(_TransformerStack):
   """A stack of `num_layers` identical decoder layers (N = 6 in the paper).
 
   `call(x, memory, target_padding_mask=None, memory_padding_mask=None)`:
@@ -113,26 +114,8 @@ class Decoder(keras.layers.Layer):
   `return_attention_scores=True` appends the list of per-layer weight dicts.
   """
 
-  def __init__(self, num_layers, num_heads, d_ff, d_k=None, d_v=None,
-               dropout_rate=0.1, attention_dropout_rate=0.0,
-               norm_position="post", layer_norm_epsilon=1e-6,
-               xla_attention=True, **kwargs):
-    super().__init__(**kwargs)
-    self.num_layers = num_layers
-    self.arguments = sublayer_arguments(
-        num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention)
-    # One attribute per layer: tf.train.Checkpoint does not see layers
-    # kept in a list attribute of a Keras 3 layer.
-    for i in range(num_layers):
-      setattr(self, f"layer_{i}", DecoderLayer(**self.arguments, name=f"layer_{i}"))
-    self.final_norm = (keras.layers.LayerNormalization(
-        epsilon=layer_norm_epsilon, name="final_norm")
-                       if norm_position == "pre" else None)
-
-  @property
-  def decoder_layers(self):
-    return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
+  layer_class = DecoderLayer
+  decoder_layers = _TransformerStack.stack_layers
 
   def build(self, x_shape, memory_shape=None):
     for layer in self.decoder_layers:
@@ -174,7 +157,3 @@ class Decoder(keras.layers.Layer):
     if return_attention_scores:
       outputs += (all_weights,)
     return outputs[0] if len(outputs) == 1 else outputs
-
-  def get_config(self):
-    return {**super().get_config(), "num_layers": self.num_layers,
-            **self.arguments}

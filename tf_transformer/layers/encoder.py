@@ -84,15 +84,11 @@ class EncoderLayer(_TransformerBlock):
     return (x, weights) if return_attention_scores else x
 
 
-@keras.saving.register_keras_serializable(package="tf_transformer")
-class Encoder(keras.layers.Layer):
-  """A stack of `num_layers` identical encoder layers (N = 6 in the paper).
+class _TransformerStack(keras.layers.Layer):
+  """What the encoder and decoder stacks share: `num_layers` identical
+  layers of `layer_class`, closed by a LayerNorm when pre-norm."""
 
-  Takes embedded inputs [batch, length, d_model] (token embedding plus
-  positions, see `layers.embedding`) and `padding_mask` [batch, length]. With
-  pre-norm, a final LayerNorm closes the stack. `return_attention_scores=True`
-  also returns the list of per-layer self-attention weights.
-  """
+  layer_class = None
 
   def __init__(self, num_layers, num_heads, d_ff, d_k=None, d_v=None,
                dropout_rate=0.1, attention_dropout_rate=0.0,
@@ -106,14 +102,33 @@ class Encoder(keras.layers.Layer):
     # One attribute per layer: tf.train.Checkpoint does not see layers
     # kept in a list attribute of a Keras 3 layer.
     for i in range(num_layers):
-      setattr(self, f"layer_{i}", EncoderLayer(**self.arguments, name=f"layer_{i}"))
+      setattr(self, f"layer_{i}",
+              self.layer_class(**self.arguments, name=f"layer_{i}"))
     self.final_norm = (keras.layers.LayerNormalization(
         epsilon=layer_norm_epsilon, name="final_norm")
                        if norm_position == "pre" else None)
 
   @property
-  def encoder_layers(self):
+  def stack_layers(self):
     return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
+
+  def get_config(self):
+    return {**super().get_config(), "num_layers": self.num_layers,
+            **self.arguments}
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Encoder(_TransformerStack):
+  """A stack of `num_layers` identical encoder layers (N = 6 in the paper).
+
+  Takes embedded inputs [batch, length, d_model] (token embedding plus
+  positions, see `layers.embedding`) and `padding_mask` [batch, length]. With
+  pre-norm, a final LayerNorm closes the stack. `return_attention_scores=True`
+  also returns the list of per-layer self-attention weights.
+  """
+
+  layer_class = EncoderLayer
+  encoder_layers = _TransformerStack.stack_layers
 
   def build(self, input_shape):
     for layer in self.encoder_layers:
@@ -131,7 +146,3 @@ class Encoder(keras.layers.Layer):
     if self.final_norm is not None:
       x = self.final_norm(x)
     return (x, all_weights) if return_attention_scores else x
-
-  def get_config(self):
-    return {**super().get_config(), "num_layers": self.num_layers,
-            **self.arguments}
