@@ -7,11 +7,9 @@ layout TF Serving watches (EXPORT_DIR/<version>/).
 
 import sys
 
-import tensorflow as tf
 from absl import app
 from absl import flags
 
-from tf_transformer import model as model_lib
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_dir
 
@@ -31,22 +29,12 @@ flags.DEFINE_bool("xla", False, "Compile the search with XLA (serve with "
 flags.mark_flags_as_required(["model_dir", "export_dir"])
 
 
-def load_model(model_dir, checkpoint=None):
-  """(model, vocabulary, config) with every weight restored."""
-  config, vocabulary = run_dir.load(model_dir)
-  model = model_lib.build_model(config)
-  path = checkpoint or tf.train.latest_checkpoint(model_dir)
-  if not path:
-    raise FileNotFoundError(f"{model_dir}: no checkpoint")
-  tf.train.Checkpoint(model=model).read(path).expect_partial(
-      ).assert_existing_objects_matched()
-  return model, vocabulary, config
-
-
 def main(argv):
   del argv
   try:
-    model, vocabulary, config = load_model(FLAGS.model_dir, FLAGS.checkpoint)
+    model, vocabulary = run_dir.load_trained_model(FLAGS.model_dir,
+                                                   FLAGS.checkpoint)
+    config = model.config
   except FileNotFoundError as e:
     print(f"export: error: {e}", file=sys.stderr)
     return 1

@@ -14,12 +14,12 @@ import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import op_def_registry
 
-from tf_transformer import build_model, get_config
+from tf_transformer import build_model
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.training import run_dir
 from conftest import run_script
-from training_helpers import vocabulary
+from training_helpers import write_run_dir
 
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
@@ -27,14 +27,7 @@ PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
   """A run directory with config, vocabulary and one checkpoint."""
-  directory = tmp_path_factory.mktemp("run")
-  config = get_config("tiny", vocab_size=vocabulary().vocab_size)
-  model = build_model(config)
-  run_dir.save(str(directory), config)
-  vocabulary().save(str(directory))
-  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
-                             max_to_keep=1).save(checkpoint_number=1)
-  return directory
+  return write_run_dir(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")

@@ -55,3 +55,17 @@ def distribute(strategy, batch):
 
 def copy_weights(source, target):
   target.model.set_weights(source.model.get_weights())
+
+
+def write_run_dir(directory):
+  """A run directory (config, vocabulary, one checkpoint) of an untrained
+  tiny model: enough for export and translation mechanics."""
+  from tf_transformer import build_model  # pylint: disable=g-import-not-at-top
+  from tf_transformer.training import run_dir  # pylint: disable=g-import-not-at-top
+  config = get_config("tiny", vocab_size=vocabulary().vocab_size)
+  model = build_model(config)
+  run_dir.save(str(directory), config)
+  vocabulary().save(str(directory))
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
+                             max_to_keep=1).save(checkpoint_number=1)
+  return directory

@@ -70,7 +70,12 @@ class TranslationModule(tf.Module):
       return (tf.zeros([0, self.beam_size], tf.string),
               tf.zeros([0, self.beam_size], tf.float32))
 
-    return tf.cond(tf.size(text) > 0, search, nothing)
+    texts, scores = tf.cond(tf.size(text) > 0, search, nothing)
+    # The beam axis is static, so clients can read the beam from the
+    # signature (tf.cond alone would leave it unknown).
+    texts.set_shape([None, self.beam_size])
+    scores.set_shape([None, self.beam_size])
+    return texts, scores
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def serve(self, text):

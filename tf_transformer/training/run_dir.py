@@ -60,6 +60,20 @@ def load(model_dir):
   return load_config(model_dir), vocabulary_lib.Vocabulary.load(model_dir)
 
 
+def load_trained_model(model_dir, checkpoint=None):
+  """(model, vocabulary) with every model weight read from `checkpoint`
+  (default: the newest in `model_dir`, e.g. an averaged directory)."""
+  from tf_transformer.model import build_model  # pylint: disable=g-import-not-at-top
+  config, vocabulary = load(model_dir)
+  model = build_model(config)
+  path = checkpoint or tf.train.latest_checkpoint(model_dir)
+  if not path:
+    raise FileNotFoundError(f"{model_dir}: no checkpoint")
+  tf.train.Checkpoint(model=model).read(path).expect_partial(
+      ).assert_existing_objects_matched()
+  return model, vocabulary
+
+
 def wait_for(model_dir, names=(CONFIG, vocabulary_lib.FILENAME),
              timeout_secs=3600):
   """Non-chief workers wait for the chief to write the run files."""

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Translates --source and scores it against --reference: sacrebleu BLEU and
+chrF with their signatures (detokenized output, raw references), and exact
+match; --paper_bleu adds the paper-style tokenized, compound-split score
+under that name.
+
+  bin/evaluate.py --model=saved_models/numbers/1 --source=test.en --reference=test.de
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tf_transformer import evaluation
+from tf_transformer.decoding import translator_flags
+
+FLAGS = flags.FLAGS
+translator_flags.define_flags()
+flags.DEFINE_string("source", None, "Source sentences, one per line.")
+flags.DEFINE_string("reference", None, "Reference translations, line-aligned.")
+flags.DEFINE_string("output", None, "Also write the translations here.")
+flags.DEFINE_bool("paper_bleu", False, "Also print the paper-style score.")
+flags.mark_flags_as_required(["source", "reference"])
+
+
+def _lines(path):
+  with open(path, encoding="utf-8") as f:
+    return [line.rstrip("\r\n") for line in f]
+
+
+def main(argv):
+  del argv
+  try:
+    sources, references = _lines(FLAGS.source), _lines(FLAGS.reference)
+    if len(sources) != len(references):
+      raise ValueError(f"{FLAGS.source} has {len(sources)} lines but "
+                       f"{FLAGS.reference} has {len(references)}")
+    translator = translator_flags.make_translator()
+    hypotheses = [h[0][0] for h in translator.translate(
+        sources, 1, FLAGS.batch_size)]
+    scores = evaluation.score(hypotheses, references, FLAGS.paper_bleu)
+  except (OSError, ValueError) as e:
+    print(f"evaluate: error: {e}", file=sys.stderr)
+    return 1
+  if FLAGS.output:
+    with open(FLAGS.output, "w", encoding="utf-8") as f:
+      f.write("".join(h + "\n" for h in hypotheses))
+  print(f"BLEU = {scores['bleu']:.2f} ({scores['bleu_signature']})")
+  print(f"chrF = {scores['chrf']:.2f} ({scores['chrf_signature']})")
+  print(f"exact_match = {scores['exact_match']:.4f} ({len(references)} "
+        "sentences)")
+  if FLAGS.paper_bleu:
+    print(f"paper_bleu (tokenized, compound-split) = "
+          f"{scores['paper_bleu']:.2f}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

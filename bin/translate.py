@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Translates sentences, one per line, from stdin or --input.
+
+  echo "four hundred and twenty-one" | bin/translate.py --model=saved_models/numbers/1
+  bin/translate.py --model_dir=/tmp/numbers_avg --input=src.txt --output=out.txt
+
+With --nbest=N, each input gets N lines `INDEX ||| TRANSLATION ||| SCORE`.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tf_transformer.decoding import translator_flags
+
+FLAGS = flags.FLAGS
+translator_flags.define_flags()
+flags.DEFINE_string("input", None, "Input file (default: stdin).")
+flags.DEFINE_string("output", None, "Output file (default: stdout).")
+flags.DEFINE_integer("nbest", 1, "Translations per sentence.")
+flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
+                  "score and a tab.")
+
+
+def format_results(results, nbest, show_scores):
+  lines = []
+  for index, hypotheses in enumerate(results):
+    if nbest > 1:
+      lines += [f"{index} ||| {t} ||| {s:.4f}" for t, s in hypotheses]
+    else:
+      text, score = hypotheses[0]
+      lines.append(f"{score:.4f}\t{text}" if show_scores else text)
+  return lines
+
+
+def main(argv):
+  del argv
+  try:
+    source = open(FLAGS.input, encoding="utf-8") if FLAGS.input else sys.stdin
+    with source:
+      texts = [line.rstrip("\r\n") for line in source]
+    translator = translator_flags.make_translator()
+    results = translator.translate(texts, FLAGS.nbest, FLAGS.batch_size)
+  except (OSError, ValueError) as e:
+    print(f"translate: error: {e}", file=sys.stderr)
+    return 1
+  lines = format_results(results, FLAGS.nbest, FLAGS.show_scores)
+  output = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
+  with output:
+    output.write("".join(line + "\n" for line in lines))
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,105 @@
+"""bin/translate.py and bin/evaluate.py as a user runs them, on a
+checkpoint and on its export."""
+
+import re
+
+import pytest
+import sacrebleu
+
+from tf_transformer import evaluation
+from conftest import run_script
+from training_helpers import write_run_dir
+
+SOURCES = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
+  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={export_dir}", "--max_length_offset=8")
+  assert result.returncode == 0, result.stderr[-2000:]
+  return model_dir, export_dir / "1"
+
+
+def test_checkpoint_and_export_translate_alike(models):
+  model_dir, exported = models
+  stdin = "".join(s + "\n" for s in SOURCES)
+  from_export = run_script("translate.py", f"--model={exported}",
+                           "--show_scores", input_text=stdin)
+  from_checkpoint = run_script("translate.py", f"--model_dir={model_dir}",
+                               "--max_length_offset=8", "--show_scores",
+                               input_text=stdin)
+  for result in (from_export, from_checkpoint):
+    assert result.returncode == 0, result.stderr[-2000:]
+  lines = from_export.stdout.splitlines()
+  assert len(lines) == 3 and all(re.match(r"-?\d+\.\d{4}\t", l) for l in lines)
+  assert from_checkpoint.stdout.splitlines() == lines
+
+
+def test_nbest_lines(models, tmp_path):
+  _, exported = models
+  source = tmp_path / "in.txt"
+  source.write_text("".join(s + "\n" for s in SOURCES))
+  out = tmp_path / "out.txt"
+  result = run_script("translate.py", f"--model={exported}", "--nbest=3",
+                      f"--input={source}", f"--output={out}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = out.read_text().splitlines()
+  assert len(lines) == 9
+  for index in range(3):
+    rows = [l.split(" ||| ") for l in lines[3 * index:3 * index + 3]]
+    assert all(r[0] == str(index) and len(r) == 3 for r in rows)
+    scores = [float(r[2]) for r in rows]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_evaluate_prints_sacrebleu_scores_with_signatures(models, tmp_path):
+  _, exported = models
+  source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+  source.write_text("".join(s + "\n" for s in SOURCES))
+  references = ["vierhunderteinundzwanzig", "sieben", "dreißigtausendzwei"]
+  reference.write_text("".join(r + "\n" for r in references))
+  hypotheses_file = tmp_path / "hyp.txt"
+  result = run_script("evaluate.py", f"--model={exported}",
+                      f"--source={source}", f"--reference={reference}",
+                      f"--output={hypotheses_file}", "--paper_bleu")
+  assert result.returncode == 0, result.stderr[-2000:]
+  hypotheses = hypotheses_file.read_text().splitlines()
+  bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+  chrf = sacrebleu.corpus_chrf(hypotheses, [references])
+  out = result.stdout
+  assert f"BLEU = {bleu.score:.2f} (nrefs:1|case:mixed|eff:no|tok:13a" in out
+  assert f"chrF = {chrf.score:.2f} (nrefs:1|" in out
+  assert "exact_match = " in out and "(3 sentences)" in out
+  assert "paper_bleu (tokenized, compound-split) = " in out
+  assert out.count("BLEU = ") == 1  # the paper score is never called BLEU
+
+
+def test_paper_bleu_splits_compounds():
+  assert evaluation.split_compounds("das Haus-Tür-Schloss , ja") == (
+      "das Haus ##AT##-##AT## Tür ##AT##-##AT## Schloss , ja")
+  text = ["Das ist ein Haus-Boot .", "Zwei Katzen"]
+  assert evaluation.paper_bleu(text, text) == pytest.approx(100.0)
+  scores = evaluation.score(["a b c d e", "x"], ["a b c d e", "y"], True)
+  assert scores["exact_match"] == 0.5 and 0 < scores["bleu"] < 100
+
+
+def test_usage_errors(models, tmp_path):
+  model_dir, exported = models
+  both = run_script("translate.py", f"--model={exported}",
+                    f"--model_dir={model_dir}", input_text="seven\n")
+  assert both.returncode != 0
+  assert "exactly one of --model and --model_dir" in both.stderr
+  fixed = run_script("translate.py", f"--model={exported}", "--beam_size=8",
+                     input_text="seven\n")
+  assert "fixed in an export" in fixed.stderr
+  source, reference = tmp_path / "s.txt", tmp_path / "r.txt"
+  source.write_text("a\nb\n")
+  reference.write_text("x\n")
+  mismatch = run_script("evaluate.py", f"--model={exported}",
+                        f"--source={source}", f"--reference={reference}")
+  assert mismatch.returncode == 1
+  assert "has 2 lines but" in mismatch.stderr and "has 1" in mismatch.stderr
+  assert "Traceback" not in mismatch.stderr
