@@ -9,7 +9,6 @@ The run's config, data spec, flags and vocabulary are written into
 --model_dir; the same command resumes a killed run from its last checkpoint.
 """
 
-import dataclasses
 import os
 import sys
 

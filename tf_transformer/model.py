@@ -15,7 +15,6 @@ the target shifted right behind BOS_ID.
 """
 
 import keras
-import tensorflow as tf
 
 from tf_transformer.config import TransformerConfig
 from tf_transformer.layers import masks
