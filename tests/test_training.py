@@ -96,7 +96,14 @@ def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   good = tf.train.latest_checkpoint(str(tmp_path))
   assert good.endswith("ckpt-2")
   weight = trainer.model.trainable_variables[0]
-  weight.assign(tf.fill(weight.shape, np.nan))
+  restore = trainer.checkpointer.restore
+
+  def restore_then_poison():  # train() resumes from ckpt-2, then NaN appears
+    path = restore()
+    weight.assign(tf.fill(weight.shape, np.nan))
+    return path
+
+  trainer.checkpointer.restore = restore_then_poison
   trainer.options.train_steps = 5
   with pytest.raises(trainer_lib.NonFiniteLossError) as error:
     trainer.train()

@@ -41,8 +41,6 @@ class Checkpointer:
         directory, ".workers", f"worker_{worker_id}")
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, write_dir, max_to_keep=keep)
-    self.reader = tf.train.CheckpointManager(self.checkpoint, directory,
-                                             max_to_keep=None)
     self.every_steps = every_steps
     self.every_secs = every_secs
     self.last_save_time = time.time()
@@ -50,7 +48,7 @@ class Checkpointer:
 
   def restore(self):
     """Restores the newest readable checkpoint; returns its path or None."""
-    candidates = list(reversed(self.reader.checkpoints))
+    candidates = list(reversed(checkpoint_paths(self.directory)))
     for i, path in enumerate(candidates):
       try:
         status = self.checkpoint.restore(path)

@@ -21,16 +21,16 @@ from typing import Optional
 
 import keras
 import numpy as np
-import sacrebleu
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer import evaluation
 from tf_transformer.data import batching
 from tf_transformer.data import sources
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.model import build_model
-from tf_transformer.special_ids import PAD_ID
+from tf_transformer.special_ids import BOS_ID, PAD_ID
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
@@ -283,16 +283,15 @@ class Trainer:
     references = [t for _, t in pairs]
     hypotheses = text_decoding.translate(self._greedy, self.vocabulary,
                                          source_texts)
-    bleu = sacrebleu.corpus_bleu(hypotheses, [references])
-    exact = np.mean([h == r for h, r in zip(hypotheses, references)])
+    scores = evaluation.score(hypotheses, references)
     source_ids = text_decoding.encode_sources(self.vocabulary,
                                               source_texts[:1])
-    target_in = tf.concat([[[2]], text_decoding.encode_sources(
+    target_in = tf.concat([[[BOS_ID]], text_decoding.encode_sources(
         self.vocabulary, hypotheses[:1])[:, :-1]], axis=1)
     attention = self.model.attention_weights(source_ids, target_in)
     samples = list(zip(source_texts, references, hypotheses))[:5]
-    return {"bleu_greedy": bleu.score, "exact_match": float(exact)}, samples, \
-        attention
+    return ({"bleu_greedy": scores["bleu"],
+             "exact_match": scores["exact_match"]}, samples, attention)
 
   def evaluate(self, step):
     metrics = self.evaluate_loss()
