@@ -38,7 +38,12 @@ setuptools.setup(
         "num2words>=0.5.13",
     ],
     extras_require={
-        "test": ["pytest>=8"],
+        # bin/serving_client.py --protocol=grpc: TF Serving's own gRPC stubs.
+        "serving": ["tensorflow-serving-api~=2.21.0"],
+        # bin/plot_attention.py: the field's standard plotting library.
+        "plot": ["matplotlib>=3.8"],
+        "test": ["pytest>=8", "tensorflow-serving-api~=2.21.0",
+                 "matplotlib>=3.8"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -14,6 +14,7 @@ from absl import flags
 
 from tf_transformer import evaluation
 from tf_transformer.decoding import translator_flags
+from tf_transformer.decoding.translator import one_line
 
 FLAGS = flags.FLAGS
 translator_flags.define_flags()
@@ -45,7 +46,7 @@ def main(argv):
     return 1
   if FLAGS.output:
     with open(FLAGS.output, "w", encoding="utf-8") as f:
-      f.write("".join(h + "\n" for h in hypotheses))
+      f.write("".join(one_line(h) + "\n" for h in hypotheses))
   print(f"BLEU = {scores['bleu']:.2f} ({scores['bleu_signature']})")
   print(f"chrF = {scores['chrf']:.2f} ({scores['chrf_signature']})")
   print(f"exact_match = {scores['exact_match']:.4f} ({len(references)} "

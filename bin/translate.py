@@ -13,6 +13,7 @@ from absl import app
 from absl import flags
 
 from tf_transformer.decoding import translator_flags
+from tf_transformer.decoding.translator import one_line
 
 FLAGS = flags.FLAGS
 translator_flags.define_flags()
@@ -27,9 +28,11 @@ def format_results(results, nbest, show_scores):
   lines = []
   for index, hypotheses in enumerate(results):
     if nbest > 1:
-      lines += [f"{index} ||| {t} ||| {s:.4f}" for t, s in hypotheses]
+      lines += [f"{index} ||| {one_line(t)} ||| {s:.4f}"
+                for t, s in hypotheses]
     else:
       text, score = hypotheses[0]
+      text = one_line(text)
       lines.append(f"{score:.4f}\t{text}" if show_scores else text)
   return lines
 

@@ -48,6 +48,19 @@ def test_numbers_pairs_are_english_to_german(corpus):
   # Digit counts 1 to 6 are all represented.
   assert any(" " not in e and "-" not in e for e in english)  # e.g. "seven"
   assert any("thousand" in e for e in english)
+
+
+def test_numbers_lexicon_is_in_train_and_dev_test_compose(corpus):
+  # Every number below 100 is a training pair; dev and test never hold one,
+  # so they test composition, not words the model could not have seen.
+  lexicon = {numbers.num2words(n) for n in range(numbers.LEXICON)}
+  train = {source for source, _ in corpus["train"]}
+  assert lexicon <= train
+  for split in ("dev", "test"):
+    assert not lexicon & {source for source, _ in corpus[split]}
+    assert any("thousand" not in s for s, _ in corpus[split])  # hundreds
+  with pytest.raises(numbers.DataError, match="at most 1000000"):
+    numbers.generate({"train": 999_000, "dev": 1000, "test": 1})
   source, target = numbers.generate({"train": 1}, seed=0,
                                     target_language="fr")["train"][0]
   assert source and target and source != target

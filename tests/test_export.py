@@ -16,6 +16,7 @@ from tensorflow.python.framework import op_def_registry
 
 from tf_transformer import build_model
 from tf_transformer.decoding import text as text_decoding
+from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.training import run_dir
 from conftest import run_script
@@ -66,6 +67,11 @@ for name, batch in requests.items():
                    "score": out["score"].numpy().tolist()}
 nbest = model.signatures["nbest"](text=tf.constant(["seven"]))
 answers["nbest_shape"] = list(nbest["translations"].shape)
+attention = model.signatures["attention"]
+for name in ("normal", "empty_batch", "bad_utf8"):
+  batch = requests[name]
+  out = attention(text=tf.constant(batch, tf.string, shape=[len(batch)]))
+  answers["attention_" + name] = {k: list(v.shape) for k, v in out.items()}
 answers["modules"] = sorted(m for m in sys.modules if m.startswith("tf_transformer"))
 print(json.dumps(answers))
 """
@@ -87,6 +93,73 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(exported):
   assert answers["empty_batch"] == {"translation": [], "score": []}
   assert len(answers["batch_256"]["translation"]) == 256
   assert answers["nbest_shape"] == [1, 4]
+  layers_heads = [2, 4]  # the tiny preset
+  empty = answers["attention_empty_batch"]
+  assert empty["encoder_decoder"] == [0] + layers_heads + [0, 0]
+  assert empty["translation"] == [0]
+  assert answers["attention_bad_utf8"]["encoder_self"][:3] == [1] + layers_heads
+
+
+def test_attention_signature_gives_tokens_and_distributions(exported):
+  loaded = tf.saved_model.load(str(exported))
+  texts = tf.constant(["four hundred and twenty-one", "seven"])
+  out = loaded.signatures["attention"](text=texts)
+  best = loaded.signatures["serving_default"](text=texts)["translation"]
+  np.testing.assert_array_equal(out["translation"], best)
+  source_tokens = np.array([[p.decode() for p in row]
+                            for row in out["source_tokens"].numpy()])
+  target_tokens = np.array([[p.decode() for p in row]
+                            for row in out["target_tokens"].numpy()])
+  batch, s = source_tokens.shape
+  t = target_tokens.shape[1]
+  assert out["encoder_self"].shape == (batch, 2, 4, s, s)
+  assert out["decoder_self"].shape == (batch, 2, 4, t, t)
+  assert out["encoder_decoder"].shape == (batch, 2, 4, t, s)
+  for row in range(batch):
+    source = [p for p in source_tokens[row] if p]
+    target = [p for p in target_tokens[row] if p]
+    assert source[-1] == "</s>"
+    assert "".join(source[:-1]).replace("\u2581", " ").strip() == (
+        texts[row].numpy().decode())
+    assert source_tokens[row][len(source):].tolist() == [""] * (
+        s - len(source))
+    cross = out["encoder_decoder"][row, :, :, :len(target)].numpy()
+    # Each output token's attention over the real source tokens sums to 1
+    # and gives padding nothing.
+    np.testing.assert_allclose(cross[..., :len(source)].sum(-1), 1.0,
+                               rtol=1e-5)
+    assert np.all(cross[..., len(source):] == 0)
+    decoder = out["decoder_self"][row].numpy()
+    assert np.all(np.triu(decoder[0, 0], 1) == 0)  # causal
+
+
+@pytest.mark.parametrize("decoding,flags,width", [
+    ("greedy", [], 1),
+    ("sample", ["--num_samples=3", "--top_k=1", "--temperature=0.5"], 3)])
+def test_greedy_and_sampling_exports(model_dir, tmp_path, decoding, flags,
+                                     width):
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={tmp_path / decoding}",
+                      f"--decoding={decoding}", "--max_length_offset=10",
+                      *flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  path = str(tmp_path / decoding / "1")
+  ops, _ = _all_ops(path)
+  assert not ops & PYTHON_OPS
+  loaded = tf.saved_model.load(path)
+  texts = tf.constant(["four hundred and twenty-one", "seven"])
+  nbest = loaded.signatures["nbest"](text=texts)
+  assert nbest["translations"].shape == (2, width)
+  # Top-k 1 sampling and greedy both follow the most likely token.
+  config, vocab = run_dir.load(str(model_dir))
+  model = build_model(config)
+  tf.train.Checkpoint(model=model).read(
+      tf.train.latest_checkpoint(str(model_dir))).expect_partial()
+  ids, _ = greedy_search(model, text_decoding.encode_sources(
+      vocab, [t.decode() for t in texts.numpy()]), 10)
+  expected = vocab.detokenize(ids).numpy()
+  for column in range(width):
+    np.testing.assert_array_equal(nbest["translations"][:, column], expected)
 
 
 def _all_ops(path):

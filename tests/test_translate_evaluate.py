@@ -7,6 +7,7 @@ import pytest
 import sacrebleu
 
 from tf_transformer import evaluation
+from tf_transformer.decoding.translator import one_line
 from conftest import run_script
 from training_helpers import write_run_dir
 
@@ -53,6 +54,33 @@ def test_nbest_lines(models, tmp_path):
     assert all(r[0] == str(index) and len(r) == 3 for r in rows)
     scores = [float(r[2]) for r in rows]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_sampling_and_greedy_from_a_checkpoint(models):
+  model_dir, _ = models
+  stdin = "".join(s + "\n" for s in SOURCES)
+  common = [f"--model_dir={model_dir}", "--max_length_offset=8"]
+  sampled = [run_script("translate.py", *common, "--decoding=sample",
+                        "--num_samples=2", "--nbest=2", "--temperature=1.5",
+                        "--sampling_seed=5", input_text=stdin)
+             for _ in range(2)]
+  assert sampled[0].returncode == 0, sampled[0].stderr[-2000:]
+  lines = sampled[0].stdout.splitlines()
+  assert len(lines) == 6 and lines[0].startswith("0 ||| ")
+  assert sampled[1].stdout == sampled[0].stdout  # the seed reproduces
+  greedy = run_script("translate.py", *common, "--decoding=greedy",
+                      input_text=stdin)
+  one_token = run_script("translate.py", *common, "--decoding=sample",
+                         "--top_k=1", input_text=stdin)
+  assert greedy.returncode == 0, greedy.stderr[-2000:]
+  assert len(greedy.stdout.splitlines()) == 3
+  assert one_token.stdout == greedy.stdout
+  bad = run_script("translate.py", *common, "--decoding=sample",
+                   "--temperature=0", input_text=stdin)
+  assert bad.returncode != 0 and "temperature=0.0: must be > 0" in bad.stderr
+  too_many = run_script("translate.py", *common, "--decoding=greedy",
+                        "--nbest=2", input_text=stdin)
+  assert too_many.returncode == 1 and "--nbest=2" in too_many.stderr
 
 
 def test_evaluate_prints_sacrebleu_scores_with_signatures(models, tmp_path):
@@ -103,3 +131,8 @@ def test_usage_errors(models, tmp_path):
   assert mismatch.returncode == 1
   assert "has 2 lines but" in mismatch.stderr and "has 1" in mismatch.stderr
   assert "Traceback" not in mismatch.stderr
+
+
+def test_a_translation_with_line_breaks_stays_on_its_line():
+  assert one_line("vier\nhundert\r\nzwei") == "vier hundert zwei"
+  assert one_line("") == ""

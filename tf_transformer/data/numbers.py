@@ -18,21 +18,22 @@ from tf_transformer.data.errors import DataError
 
 DEFAULT_SIZES = {"train": 40000, "dev": 500, "test": 500}
 MAX_DIGITS = 6  # numbers below one million
+LEXICON = 100  # zero to ninety-nine: the words every other number is built of
 
 
-def _draw_numbers(count: int, seed: int) -> List[int]:
-  """`count` distinct numbers, as many with each digit count 1..6 as exist
-  (so small numbers are not drowned by the 900,000 six-digit ones)."""
-  rng = random.Random(seed)
-  capacity = 10**MAX_DIGITS
+def _draw_numbers(count: int, rng: random.Random, seen: set) -> List[int]:
+  """`count` distinct numbers from LEXICON up, not in `seen`, as many with
+  each digit count 3..6 as remain (so hundreds are not drowned by the
+  900,000 six-digit numbers)."""
+  digit_counts = list(range(len(str(LEXICON)), MAX_DIGITS + 1))
+  capacity = 10**MAX_DIGITS - LEXICON - len(seen - set(range(LEXICON)))
   if count > capacity:
-    raise DataError(f"numbers: {count} pairs asked for, at most {capacity} "
-                    "distinct numbers exist")
-  chosen, seen = [], set()
+    raise DataError(f"numbers: {count + len(seen)} pairs asked for, at most "
+                    f"{10**MAX_DIGITS} distinct numbers exist")
+  chosen = []
   while len(chosen) < count:
-    digits = rng.randint(1, MAX_DIGITS)
-    low = 0 if digits == 1 else 10**(digits - 1)
-    number = rng.randrange(low, 10**digits)
+    digits = rng.choice(digit_counts)
+    number = rng.randrange(10**(digits - 1), 10**digits)
     if number not in seen:
       seen.add(number)
       chosen.append(number)
@@ -42,14 +43,25 @@ def _draw_numbers(count: int, seed: int) -> List[int]:
 def generate(sizes: Dict[str, int] = None, seed: int = 0,
              source_language: str = "en",
              target_language: str = "de") -> Dict[str, List[tuple]]:
-  """{split: [(source words, target words), ...]} with disjoint numbers."""
+  """{split: [(source words, target words), ...]} with disjoint numbers.
+
+  The numbers below 100 are the task's lexicon (section 5.1's vocabulary of
+  this language pair): all of them go to train, in front, as a dictionary
+  would; dev and test hold numbers from 100 up that train never sees, so
+  they measure how the model composes, not what it memorised."""
   sizes = dict(DEFAULT_SIZES if sizes is None else sizes)
-  numbers = _draw_numbers(sum(sizes.values()), seed)
-  splits, start = {}, 0
+  rng = random.Random(seed)
+  seen = set(range(LEXICON))
+  splits = {}
   # Test and dev first, so the train size can change without moving them.
   for split in sorted(sizes, key=lambda s: (s == "train", s)):
-    chunk = numbers[start:start + sizes[split]]
-    start += sizes[split]
+    if split == "train":
+      lexicon = list(range(LEXICON))
+      rng.shuffle(lexicon)
+      chunk = lexicon[:sizes[split]]
+      chunk += _draw_numbers(sizes[split] - len(chunk), rng, seen)
+    else:
+      chunk = _draw_numbers(sizes[split], rng, seen)
     try:
       splits[split] = [(num2words(n, lang=source_language),
                         num2words(n, lang=target_language)) for n in chunk]

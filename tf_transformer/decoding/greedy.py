@@ -1,7 +1,10 @@
-"""Greedy decoding: one cached decoder step per output token.
+"""Greedy decoding and sampling: one cached decoder step per output token.
 
 Each sentence stops at EOS or after its source length + `max_length_offset`
 tokens (section 6.1's maximum output length). Finished rows emit PAD.
+Sampling draws each token from softmax(logits / temperature), optionally
+restricted to the `top_k` most likely tokens; scores are always the model's
+own log P(Y|X), whatever the temperature, so samples rank like beams.
 """
 
 import tensorflow as tf
@@ -9,9 +12,48 @@ import tensorflow as tf
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
+def _never_output_mask(vocab_size):
+  return tf.one_hot(PAD_ID, vocab_size, on_value=True, off_value=False) | (
+      tf.one_hot(BOS_ID, vocab_size, on_value=True, off_value=False))
+
+
 def greedy_search(model, source_ids, max_length_offset=50):
   """Returns (ids [batch, length] ending with EOS or cut at the limit, then
   PAD; scores [batch], the log-probability of each output)."""
+  def most_likely(log_probs, step):
+    del step
+    return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+  return left_to_right(model, source_ids, most_likely, max_length_offset)
+
+
+def sample_search(model, source_ids, temperature=1.0, top_k=0,
+                  max_length_offset=50, seed=None):
+  """Like `greedy_search`, drawing each token at random. `seed` (an int)
+  makes the draws reproducible (stateless random ops); without it each call
+  draws anew."""
+  if temperature <= 0:
+    raise ValueError(f"temperature={temperature}: must be > 0")
+  if top_k < 0:
+    raise ValueError(f"top_k={top_k}: must be >= 0 (0 = whole vocabulary)")
+
+  def draw(log_probs, step):
+    logits = log_probs / temperature
+    if top_k:
+      kth_best = tf.math.top_k(logits, k=top_k).values[:, -1:]
+      logits = tf.where(logits < kth_best, logits.dtype.min, logits)
+    if seed is None:
+      drawn = tf.random.categorical(logits, 1, dtype=tf.int32)
+    else:
+      drawn = tf.random.stateless_categorical(
+          logits, 1, seed=tf.stack([tf.constant(seed), step]),
+          dtype=tf.int32)
+    return drawn[:, 0]
+  return left_to_right(model, source_ids, draw, max_length_offset)
+
+
+def left_to_right(model, source_ids, pick, max_length_offset=50):
+  """The loop both share: `pick(log_probs [batch, vocab], step) -> [batch]`
+  chooses each next token."""
   batch = tf.shape(source_ids)[0]
   memory, source_mask = model.encode(source_ids)
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
@@ -26,12 +68,16 @@ def greedy_search(model, source_ids, max_length_offset=50):
     logits, cache = model.decode(token, None, source_mask, cache=cache,
                                  step=step)
     log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
-    best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-    scores += tf.where(finished, 0.0, tf.reduce_max(log_probs, axis=-1))
-    best = tf.where(finished, PAD_ID, best)
-    outputs = outputs.write(step, best)
-    finished = finished | tf.equal(best, EOS_ID) | (step + 1 >= limits)
-    token = best[:, tf.newaxis]
+    # PAD and BOS are never outputs (an untrained model may favour them).
+    allowed = tf.where(_never_output_mask(tf.shape(log_probs)[-1]),
+                       log_probs.dtype.min, log_probs)
+    chosen = pick(allowed, step)
+    chosen_log_prob = tf.gather(log_probs, chosen, batch_dims=1)
+    scores += tf.where(finished, 0.0, chosen_log_prob)
+    chosen = tf.where(finished, PAD_ID, chosen)
+    outputs = outputs.write(step, chosen)
+    finished = finished | tf.equal(chosen, EOS_ID) | (step + 1 >= limits)
+    token = chosen[:, tf.newaxis]
     step += 1
   ids = tf.transpose(outputs.stack()[:step])
   return ids, scores

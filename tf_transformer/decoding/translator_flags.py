@@ -1,20 +1,60 @@
-"""absl flags that pick a model to translate with, for bin/ scripts."""
+"""absl flags that pick a model and a decoding, for bin/ scripts."""
 
 from absl import app
 from absl import flags
 
+from tf_transformer.decoding.search import METHODS
+from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translator import Translator
+
+DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
+                  "temperature", "top_k", "num_samples", "sampling_seed")
+
+
+def define_decoding_flags():
+  """The DecodingOptions fields; None keeps the model config's value
+  (beam 4, alpha 0.6, +50 for the paper's presets; 21, 0.3, +300 for
+  `parsing`)."""
+  flags.DEFINE_enum("decoding", None, list(METHODS), "Search: beam (the "
+                    "paper's, default), greedy, or sample.")
+  flags.DEFINE_integer("beam_size", None, "Beam size (default: the "
+                       "config's, 4).")
+  flags.DEFINE_float("alpha", None, "Length penalty alpha (default: the "
+                     "config's, 0.6).")
+  flags.DEFINE_integer("max_length_offset", None, "Output tokens allowed "
+                       "beyond the input length (default: the config's, 50).")
+  flags.DEFINE_float("temperature", None, "Sampling: softmax temperature "
+                     "(default 1).")
+  flags.DEFINE_integer("top_k", None, "Sampling: draw from the k most "
+                       "likely tokens only (default 0 = all).")
+  flags.DEFINE_integer("num_samples", None, "Sampling: hypotheses drawn per "
+                       "sentence, returned best first (default 1).")
+  flags.DEFINE_integer("sampling_seed", None, "Sampling: a seed for "
+                       "reproducible draws (default: new draws each call).")
+
+
+def decoding_overrides(values=None) -> dict:
+  """The decoding flags given, as DecodingOptions.from_config overrides."""
+  values = values or flags.FLAGS
+  overrides = {name: values[name].value for name in DECODING_FLAGS}
+  overrides["method"] = overrides.pop("decoding")
+  overrides["seed"] = overrides.pop("sampling_seed")
+  return overrides
+
+
+def check_decoding_flags(config, values=None) -> DecodingOptions:
+  """DecodingOptions from the flags, or a UsageError naming the flag."""
+  try:
+    return DecodingOptions.from_config(config, **decoding_overrides(values))
+  except ValueError as e:
+    raise app.UsageError(f"decoding flags: {e}") from e
 
 
 def define_flags():
   flags.DEFINE_string("model", None, "An exported SavedModel (NAME/VERSION).")
   flags.DEFINE_string("model_dir", None, "Or a training run / averaged model.")
   flags.DEFINE_integer("batch_size", 32, "Sentences per batch.")
-  flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only; an "
-                       "export's beam is fixed when exporting).")
-  flags.DEFINE_float("alpha", None, "Length penalty (--model_dir only).")
-  flags.DEFINE_integer("max_length_offset", None, "Output tokens beyond the "
-                       "input length (--model_dir only).")
+  define_decoding_flags()
 
 
 def make_translator(values=None) -> Translator:
@@ -22,10 +62,14 @@ def make_translator(values=None) -> Translator:
   if bool(values.model) == bool(values.model_dir):
     raise app.UsageError("pass exactly one of --model and --model_dir")
   if values.model:
-    if any(v is not None for v in (values.beam_size, values.alpha,
-                                   values.max_length_offset)):
-      raise app.UsageError("--beam_size/--alpha/--max_length_offset are fixed "
-                           "in an export; re-export, or use --model_dir")
+    given = [f"--{name}" for name in DECODING_FLAGS
+             if values[name].value is not None]
+    if given:
+      raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
+                           "export; re-export, or use --model_dir")
     return Translator.from_saved_model(values.model)
-  return Translator.from_model_dir(values.model_dir, values.beam_size,
-                                   values.alpha, values.max_length_offset)
+  try:
+    return Translator.from_model_dir(values.model_dir,
+                                     **decoding_overrides(values))
+  except ValueError as e:
+    raise app.UsageError(f"decoding flags: {e}") from e

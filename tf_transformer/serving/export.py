@@ -1,13 +1,23 @@
 """The SavedModel that TensorFlow Serving loads: text in, translations out.
 
-SentencePiece tokenization and detokenization (tensorflow-text) and beam
+SentencePiece tokenization and detokenization (tensorflow-text) and the
 search run inside the graph, so a client sends raw strings. Signatures:
 
 - `serving_default`: text [batch] string -> translation [batch] string,
   score [batch] float (log P / length penalty of the best hypothesis);
-- `nbest`: text -> translations [batch, beam], scores [batch, beam];
+- `nbest`: text -> translations [batch, n], scores [batch, n] (n: the beam
+  size, or the number of samples);
 - `ids`: source_ids [batch, length] int32 (EOS-terminated, PAD-padded) ->
-  target_ids [batch, length'], score [batch].
+  target_ids [batch, length'], score [batch];
+- `attention`: text -> translation, source_tokens [batch, S] and
+  target_tokens [batch, T] (subwords, "" as padding, target ending with
+  "</s>"), and the attention weights of the best translation in a
+  teacher-forced pass, [batch, layers, heads, rows, columns]:
+  encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
+  alignments and plots like the paper's Figures 3 to 5.
+
+The search is the exporter's `DecodingOptions`: beam search by default
+(section 6.1), or greedy decoding, or sampling.
 
 Every request gets a defined answer: invalid UTF-8 bytes are replaced with
 U+FFFD, inputs are cut to `max_input_tokens` subwords, outputs to source
@@ -18,37 +28,41 @@ with its XLA:CPU JIT off; `xla=True` exports the search compiled for servers
 started with --xla_cpu_compilation_enabled.
 """
 
+import dataclasses
 import os
 
 import tensorflow as tf
 
-from tf_transformer.decoding.search import model_beam_search
-from tf_transformer.special_ids import EOS_ID
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+
+ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 
 
 class TranslationModule(tf.Module):
-  """The exported object: the model, its tokenizer and the search."""
+  """The exported object: the model, its tokenizer and the search. It also
+  serves in-process (bin/translate.py --model_dir uses it unsaved)."""
 
-  def __init__(self, model, vocabulary, beam_size=4, alpha=0.6,
-               max_length_offset=50, max_input_tokens=256, xla=False):
+  def __init__(self, model, vocabulary, options=DecodingOptions(),
+               max_input_tokens=256, xla=False):
     super().__init__()
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
-    self.beam_size = beam_size
-    self.alpha = alpha
-    self.max_length_offset = max_length_offset
     if model.config.positional_encoding == "learned":
       # A learned table has no rows past max_length.
       max_input_tokens = min(max_input_tokens, model.config.max_length - 1)
-      self.max_length_offset = min(
-          max_length_offset, model.config.max_length - max_input_tokens - 1)
+      options = dataclasses.replace(options, max_length_offset=min(
+          options.max_length_offset,
+          model.config.max_length - max_input_tokens - 1))
+    self.options = options
+    self.nbest_size = options.nbest
     self.max_input_tokens = max_input_tokens
     model.set_xla_attention(False)
     self._search = tf.function(self._search_ids, jit_compile=xla)
 
   def _search_ids(self, source_ids):
-    return model_beam_search(self.model, source_ids, self.beam_size,
-                             self.alpha, self.max_length_offset)
+    return decode(self.model, source_ids, self.options)
 
   def _encode(self, text):
     text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8",
@@ -57,25 +71,48 @@ class TranslationModule(tf.Module):
     eos = tf.fill([pieces.nrows(), 1], EOS_ID)
     return tf.concat([pieces, eos], axis=1).to_tensor()
 
+  def _if_not_empty(self, text, fn, empty):
+    """fn() for a non-empty batch, else `empty`'s zero-row tensors, with
+    static trailing dimensions set from `empty` (tf.cond alone would lose
+    them)."""
+    results = tf.cond(tf.size(text) > 0, fn, lambda: empty)
+    for result, like in zip(tf.nest.flatten(results), tf.nest.flatten(empty)):
+      result.set_shape([None] + like.shape[1:])
+    return results
+
   def _nbest(self, text):
+    n = self.nbest_size
+
     def search():
       ids, scores = self._search(self._encode(text))
       batch = tf.shape(ids)[0]
-      flat = tf.reshape(ids, [batch * self.beam_size, tf.shape(ids)[2]])
-      texts = tf.reshape(self.tokenizer.detokenize(flat),
-                         [batch, self.beam_size])
-      return texts, scores
+      flat = tf.reshape(ids, [batch * n, tf.shape(ids)[2]])
+      return tf.reshape(self.tokenizer.detokenize(flat), [batch, n]), scores
+    return self._if_not_empty(text, search, (tf.zeros([0, n], tf.string),
+                                             tf.zeros([0, n], tf.float32)))
 
-    def nothing():
-      return (tf.zeros([0, self.beam_size], tf.string),
-              tf.zeros([0, self.beam_size], tf.float32))
+  def _attention(self, text):
+    def weights():
+      source_ids = self._encode(text)
+      target_ids = self._search(source_ids)[0][:, 0]
+      target_ids = _trim_padding(target_ids)
+      target_in = tf.concat([tf.fill([tf.shape(target_ids)[0], 1], BOS_ID),
+                             target_ids[:, :-1]], axis=1)
+      attention = self.model.attention_weights(source_ids, target_in)
+      stacked = tuple(tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
+                      for kind in ATTENTION_KINDS)
+      return (self.tokenizer.detokenize(target_ids),
+              self._pieces(source_ids), self._pieces(target_ids)) + stacked
+    layers, heads = self.model.config.num_layers, self.model.config.num_heads
+    empty = (tf.zeros([0], tf.string), tf.zeros([0, 0], tf.string),
+             tf.zeros([0, 0], tf.string)) + tuple(
+                 tf.zeros([0, layers, heads, 0, 0]) for _ in ATTENTION_KINDS)
+    results = self._if_not_empty(text, weights, empty)
+    return dict(zip(("translation", "source_tokens", "target_tokens")
+                    + ATTENTION_KINDS, results))
 
-    texts, scores = tf.cond(tf.size(text) > 0, search, nothing)
-    # The beam axis is static, so clients can read the beam from the
-    # signature (tf.cond alone would leave it unknown).
-    texts.set_shape([None, self.beam_size])
-    scores.set_shape([None, self.beam_size])
-    return texts, scores
+  def _pieces(self, ids):
+    return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def serve(self, text):
@@ -92,6 +129,16 @@ class TranslationModule(tf.Module):
     ids, scores = self._search(source_ids)
     return {"target_ids": ids[:, 0], "score": scores[:, 0]}
 
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def attention(self, text):
+    return self._attention(text)
+
+
+def _trim_padding(ids):
+  """Drops the columns that are PAD in every row."""
+  length = tf.reduce_max(tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), 1))
+  return ids[:, :length]
+
 
 def next_version_dir(export_dir):
   """export_dir/<integer>, one above the highest version already there."""
@@ -106,5 +153,5 @@ def export(module: TranslationModule, export_dir: str) -> str:
   path = next_version_dir(export_dir)
   tf.saved_model.save(module, path, signatures={
       "serving_default": module.serve, "nbest": module.nbest,
-      "ids": module.translate_ids})
+      "ids": module.translate_ids, "attention": module.attention})
   return path

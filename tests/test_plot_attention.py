@@ -1,0 +1,76 @@
+"""bin/plot_attention.py writes one PNG heatmap per kind, layer and head,
+from an export's attention signature or from a checkpoint."""
+
+import pytest
+import tensorflow as tf
+
+from tf_transformer import plots
+from conftest import run_script
+from training_helpers import write_run_dir
+
+SENTENCE = "four hundred and twenty-one"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
+  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={export_dir}", "--max_length_offset=4")
+  assert result.returncode == 0, result.stderr[-2000:]
+  return model_dir, export_dir / "1"
+
+
+def _image(path):
+  image = tf.io.decode_png(tf.io.read_file(str(path)))
+  assert image.shape[0] > 100 and image.shape[1] > 100
+  return image
+
+
+def test_pngs_for_chosen_layers_and_heads(models, tmp_path):
+  _, exported = models
+  result = run_script("plot_attention.py", f"--model={exported}",
+                      f"--sentence={SENTENCE}", "--layers=1,2", "--heads=1,4",
+                      "--kind=encoder_decoder,encoder_self",
+                      f"--output_dir={tmp_path}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  names = sorted(p.name for p in tmp_path.iterdir())
+  assert names == sorted(f"{kind}_layer{layer}_head{head}.png"
+                         for kind in ("encoder_decoder", "encoder_self")
+                         for layer in (1, 2) for head in (1, 4))
+  assert result.stdout.startswith("translation: ")
+  for name in names:
+    _image(tmp_path / name)
+
+
+def test_checkpoint_plots_the_last_layer_by_default(models, tmp_path):
+  model_dir, _ = models
+  result = run_script("plot_attention.py", f"--model_dir={model_dir}",
+                      f"--sentence={SENTENCE}", "--kind=decoder_self",
+                      f"--output_dir={tmp_path}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      f"decoder_self_layer2_head{h}.png" for h in (1, 2, 3, 4)]
+
+
+def test_bad_layer_and_kind_are_named(models, tmp_path):
+  _, exported = models
+  layer = run_script("plot_attention.py", f"--model={exported}",
+                     f"--sentence={SENTENCE}", "--layers=3",
+                     f"--output_dir={tmp_path}")
+  assert layer.returncode != 0
+  assert "--layers=3: the model has 2 layers" in layer.stderr
+  kind = run_script("plot_attention.py", f"--model={exported}",
+                    f"--sentence={SENTENCE}", "--kind=cross",
+                    f"--output_dir={tmp_path}")
+  assert kind.returncode != 0 and "--kind" in kind.stderr
+
+
+def test_heatmap_shape_is_checked(tmp_path):
+  path = plots.attention_heatmap([[0.25, 0.75]], ["a"], ["b", "c"], "t",
+                                 str(tmp_path / "h.png"))
+  image = _image(path)
+  assert image.shape[-1] in (3, 4)
+  with pytest.raises(ValueError, match="do not match"):
+    plots.attention_heatmap([[1.0]], ["a"], ["b", "c"], "t",
+                            str(tmp_path / "x.png"))

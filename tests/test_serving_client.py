@@ -1,0 +1,202 @@
+"""bin/serving_client.py and tf_transformer.serving.client: requests are
+built and answers parsed as TF Serving's REST and gRPC APIs define them.
+
+The real tensorflow_model_server cannot be installed here, so the end-to-end
+tests run the client against small stand-ins that follow TF Serving's
+documented interface (REST: POST /v1/models/NAME[/versions/V]:predict with
+columnar "inputs", answer {"outputs": ...} or {"error": ...}; gRPC:
+tensorflow.serving.PredictionService/Predict) and answer from our exported
+SavedModel itself.
+"""
+
+import http.server
+import json
+import re
+import threading
+from concurrent import futures
+
+import grpc
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+from tf_transformer.serving import client
+from conftest import run_script
+from training_helpers import write_run_dir
+
+TEXTS = ["four hundred and twenty-one", "seven", ""]
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
+  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={export_dir}", "--max_length_offset=6")
+  assert result.returncode == 0, result.stderr[-2000:]
+  return tf.saved_model.load(str(export_dir / "1"))
+
+
+def _expected(saved_model, signature, texts):
+  out = saved_model.signatures[signature](text=tf.constant(texts))
+  keys = client.SIGNATURE_OUTPUTS[signature]
+  return client._pairs(out[keys[0]].numpy().tolist(),  # pylint: disable=protected-access
+                       out[keys[1]].numpy().tolist())
+
+
+class _RestHandler(http.server.BaseHTTPRequestHandler):
+  saved_model = None
+  PATH = re.compile(r"^/v1/models/([^/:]+)(?:/versions/(\d+))?:predict$")
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    match = self.PATH.match(self.path)
+    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    if not match or match.group(1) != "numbers":
+      return self._answer(404, {"error": "Servable not found for request: "
+                                         f"Latest({self.path})"})
+    signature = self.saved_model.signatures[body["signature_name"]]
+    out = signature(text=tf.constant(body["inputs"]["text"], tf.string))
+    outputs = {key: [_json(v) for v in value.numpy().tolist()]
+               for key, value in out.items()}
+    return self._answer(200, {"outputs": outputs})
+
+  def _answer(self, code, body):
+    data = json.dumps(body).encode()
+    self.send_response(code)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    self.wfile.write(data)
+
+  def log_message(self, *args):
+    del args
+
+
+def _json(value):
+  if isinstance(value, list):
+    return [_json(v) for v in value]
+  return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class _Predictor(prediction_service_pb2_grpc.PredictionServiceServicer):
+
+  def __init__(self, saved_model):
+    self.saved_model = saved_model
+
+  def Predict(self, request, context):  # pylint: disable=invalid-name
+    if request.model_spec.name != "numbers":
+      context.abort(grpc.StatusCode.NOT_FOUND, "Servable not found for "
+                    f"request: Latest({request.model_spec.name})")
+    signature = self.saved_model.signatures[request.model_spec.signature_name]
+    out = signature(text=tf.constant(tf.make_ndarray(request.inputs["text"])))
+    response = predict_pb2.PredictResponse()
+    for key, value in out.items():
+      response.outputs[key].CopyFrom(tf.make_tensor_proto(value.numpy()))
+    return response
+
+
+@pytest.fixture(scope="module")
+def rest_server(saved_model):
+  handler = type("Handler", (_RestHandler,), {"saved_model": saved_model})
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  yield f"127.0.0.1:{server.server_address[1]}"
+  server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def grpc_server(saved_model):
+  server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+  prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+      _Predictor(saved_model), server)
+  port = server.add_insecure_port("127.0.0.1:0")
+  server.start()
+  yield f"127.0.0.1:{port}"
+  server.stop(None)
+
+
+def test_rest_request_and_url():
+  assert client.rest_url("localhost:8501", "numbers") == (
+      "http://localhost:8501/v1/models/numbers:predict")
+  assert client.rest_url("http://h:1/", "m", version=3) == (
+      "http://h:1/v1/models/m/versions/3:predict")
+  assert client.rest_request(["a", "b"], "nbest") == {
+      "signature_name": "nbest", "inputs": {"text": ["a", "b"]}}
+  with pytest.raises(ValueError, match="attention"):
+    client.rest_request(["a"], "attention")
+
+
+def test_rest_answers_are_parsed():
+  assert client.parse_rest_response(
+      {"outputs": {"translation": ["sieben", ""], "score": [-0.5, -1.0]}}) == [
+          [("sieben", -0.5)], [("", -1.0)]]
+  assert client.parse_rest_response(
+      {"outputs": {"translations": [["a", "b"]], "scores": [[-1, -2]]}},
+      "nbest") == [[("a", -1.0), ("b", -2.0)]]
+  assert client.parse_rest_response(
+      {"outputs": {"translation": [], "score": []}}) == []
+  with pytest.raises(client.ServingError, match="Servable not found"):
+    client.parse_rest_response({"error": "Servable not found"})
+  with pytest.raises(client.ServingError, match="outputs.translation"):
+    client.parse_rest_response({"predictions": []})
+
+
+def test_grpc_request_and_answer_round_trip():
+  request = client.grpc_request(["sieben", "zwölf"], "numbers", "nbest", 2)
+  assert request.model_spec.name == "numbers"
+  assert request.model_spec.signature_name == "nbest"
+  assert request.model_spec.version.value == 2
+  text = request.inputs["text"]
+  assert text.dtype == tf.string.as_datatype_enum
+  assert [d.size for d in text.tensor_shape.dim] == [2]
+  assert [s.decode() for s in text.string_val] == ["sieben", "zwölf"]
+  response = predict_pb2.PredictResponse()
+  response.outputs["translations"].CopyFrom(tf.make_tensor_proto(
+      [["sieben".encode(), "zwölf".encode()]]))
+  response.outputs["scores"].CopyFrom(tf.make_tensor_proto([[-0.25, -3.0]]))
+  assert client.parse_grpc_response(response, "nbest") == [
+      [("sieben", -0.25), ("zwölf", -3.0)]]
+  with pytest.raises(client.ServingError, match="expected translation"):
+    client.parse_grpc_response(response)
+
+
+@pytest.mark.parametrize("signature", ["serving_default", "nbest"])
+def test_rest_and_grpc_translate_like_the_saved_model(
+    saved_model, rest_server, grpc_server, signature):
+  expected = _expected(saved_model, signature, TEXTS)
+  assert len(expected) == 3
+  assert client.rest_predict(rest_server, "numbers", TEXTS,
+                             signature) == expected
+  assert client.grpc_predict(grpc_server, "numbers", TEXTS,
+                             signature) == expected
+
+
+def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
+  stdin = "".join(t + "\n" for t in TEXTS)
+  expected = _expected(saved_model, "serving_default", TEXTS)
+  lines = [f"{s:.4f}\t{' '.join(t.splitlines())}" for (t, s), in expected]
+  for protocol, server in (("rest", rest_server), ("grpc", grpc_server)):
+    result = run_script("serving_client.py", f"--protocol={protocol}",
+                        f"--server={server}", "--model_name=numbers",
+                        "--show_scores", "--batch_size=2", input_text=stdin)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == lines
+  nbest = run_script("serving_client.py", f"--server={rest_server}",
+                     "--model_name=numbers", "--signature=nbest",
+                     input_text="seven\n")
+  assert [line.split(" ||| ")[0] for line in nbest.stdout.splitlines()] == [
+      "0"] * 4
+
+
+def test_command_errors_name_the_problem(rest_server, grpc_server):
+  for protocol, server in (("rest", rest_server), ("grpc", grpc_server)):
+    result = run_script("serving_client.py", f"--protocol={protocol}",
+                        f"--server={server}", "--model_name=nope",
+                        input_text="seven\n")
+    assert result.returncode == 1
+    assert "Servable not found" in result.stderr, result.stderr[-1000:]
+    assert "Traceback" not in result.stderr
+  closed = run_script("serving_client.py", "--server=127.0.0.1:9",
+                      "--model_name=numbers", input_text="seven\n")
+  assert closed.returncode == 1 and "cannot reach 127.0.0.1:9" in closed.stderr

@@ -1,0 +1,40 @@
+"""Attention heatmaps as PNG files, like the paper's Figures 3 to 5: one
+head of one layer, the rows attending to the columns, tokens on the axes.
+
+Needs matplotlib (pip install "tf_transformer[plot]"), the field's standard
+plotting library; it is imported only here.
+"""
+
+import numpy as np
+
+
+def _pyplot():
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError("plots need matplotlib: pip install "
+                      "'tf_transformer[plot]'") from e
+  matplotlib.use("Agg")  # files only, no display
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def attention_heatmap(weights, row_tokens, column_tokens, title, path):
+  """Writes `weights` [rows, columns] (each row a distribution over the
+  columns) as a heatmap PNG at `path`."""
+  weights = np.asarray(weights)
+  if weights.shape != (len(row_tokens), len(column_tokens)):
+    raise ValueError(f"weights {weights.shape} do not match "
+                     f"{len(row_tokens)} x {len(column_tokens)} tokens")
+  plt = _pyplot()
+  size = 2.5 + 0.35 * max(len(row_tokens), len(column_tokens))
+  figure, axes = plt.subplots(figsize=(size, size))
+  image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0)
+  axes.set_xticks(range(len(column_tokens)), column_tokens, rotation=90)
+  axes.set_yticks(range(len(row_tokens)), row_tokens)
+  axes.set_title(title)
+  figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+  return path
