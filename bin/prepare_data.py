@@ -8,7 +8,8 @@ statistics: pairs, tokens, length percentiles, pairs dropped and why.
   bin/prepare_data.py --dataset= --train_source=train.en --train_target=train.de \
       --vocab_size=16000 --output_dir=/tmp/mine
 
-Writes OUTPUT_DIR/vocabulary.model and OUTPUT_DIR/data_stats.json.
+Writes OUTPUT_DIR/vocabulary.model and OUTPUT_DIR/data_stats.json, and with
+--write_text=dev,test each split's raw pairs as OUTPUT_DIR/dev.en, dev.de, ...
 """
 
 import json
@@ -35,7 +36,13 @@ flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
 flags.DEFINE_integer("vocab_max_sentences", 5_000_000, "Sentences sampled "
                      "to train the vocabulary.")
 flags.DEFINE_integer("seed", 0, "Seed of the generated data and sampling.")
+flags.DEFINE_list("write_text", [], "Splits (dev, test, train) whose raw "
+                  "pairs to write as OUTPUT_DIR/SPLIT.SRC and SPLIT.TGT "
+                  "(language codes), line-aligned, for bin/evaluate.py.")
 flags.mark_flag_as_required("output_dir")
+flags.register_validator(
+    "write_text", lambda splits: set(splits) <= set(sources.SPLITS),
+    f"--write_text: each must be one of {', '.join(sources.SPLITS)}")
 
 
 def prepare(spec, output_dir, vocab_size, model_type, max_sentences,
@@ -48,6 +55,21 @@ def prepare(spec, output_dir, vocab_size, model_type, max_sentences,
   with open(os.path.join(output_dir, "data_stats.json"), "w") as f:
     json.dump(stats, f, indent=2)
   return stats
+
+
+def write_text(spec, output_dir, splits):
+  """Writes each split's pairs as two line-aligned files; returns them."""
+  written = []
+  for split in splits:
+    paths = [os.path.join(output_dir, f"{split}.{language}") for language in
+             (spec.source_language, spec.target_language)]
+    pairs = list(sources.text_pairs(spec, split)())
+    for side, path in enumerate(paths):
+      with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(" ".join(pair[side].splitlines()) + "\n"
+                        for pair in pairs))
+    written += paths
+  return written
 
 
 def report(stats):
@@ -73,10 +95,13 @@ def main(argv):
     stats = prepare(spec, FLAGS.output_dir, FLAGS.vocab_size,
                     FLAGS.vocab_model_type, FLAGS.vocab_max_sentences,
                     FLAGS.max_length, FLAGS.seed)
+    written = write_text(spec, FLAGS.output_dir, FLAGS.write_text)
   except DataError as e:
     print(f"prepare_data: error: {e}", file=sys.stderr)
     return 1
   report(stats)
+  for path in written:
+    print(f"wrote {path}")
   return 0
 
 

@@ -104,12 +104,17 @@ def _prepare_run_dir(config, spec, chief):
           "--model_dir")
     return saved.replace(xla_attention=config.xla_attention,
                          train_steps=config.train_steps), vocabulary
-  logging.info("building a %d-piece vocabulary from the training data",
-               FLAGS.vocab_size)
-  vocabulary = prepare_lib.build_vocabulary(
-      spec, FLAGS.vocab_size, FLAGS.vocab_model_type, seed=FLAGS.seed)
+  if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
+    # From bin/prepare_data.py --output_dir=MODEL_DIR, say.
+    logging.info("using the vocabulary already in %s", model_dir)
+    vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
+  else:
+    logging.info("building a %d-piece vocabulary from the training data",
+                 FLAGS.vocab_size)
+    vocabulary = prepare_lib.build_vocabulary(
+        spec, FLAGS.vocab_size, FLAGS.vocab_model_type, seed=FLAGS.seed)
+    vocabulary.save(model_dir)
   config = config.replace(vocab_size=vocabulary.vocab_size)
-  vocabulary.save(model_dir)
   stats = prepare_lib.corpus_statistics(spec, vocabulary, FLAGS.max_length)
   for split, split_stats in stats.items():
     if isinstance(split_stats, dict):
@@ -178,6 +183,8 @@ def main(argv):
   if losses:
     print(f"trained to step {result['step']}: loss {losses[0]:.4f} (first "
           f"step of this run) -> {losses[-1]:.4f} (last)")
+  else:
+    print(f"already trained to step {result['step']}: nothing to do")
   if result["dev"]:
     print("dev: " + " ".join(f"{k}={v:.4f}" for k, v in result["dev"].items()))
   print(f"weights_fingerprint={result['weights_fingerprint']:.6f}")

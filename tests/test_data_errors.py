@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 
 from tf_transformer.data import batching
 from tf_transformer.data import corpora
+from tf_transformer.data import numbers
 from tf_transformer.data import sources
 from tf_transformer.data import tfds_corpora
 from tf_transformer.data import vocabulary as vocabulary_lib
@@ -160,6 +161,22 @@ def test_prepare_data_on_local_files(tmp_path):
   stats = json.load(open(out / "data_stats.json"))
   assert stats["train"]["pairs"] == 301
   assert os.path.exists(out / "vocabulary.model")
+
+
+def test_prepare_data_writes_split_text_for_evaluate(tmp_path):
+  result = run_script("prepare_data.py", "--dataset=numbers",
+                      "--numbers_train_size=300", "--vocab_size=400",
+                      f"--output_dir={tmp_path}", "--write_text=dev,test")
+  assert result.returncode == 0, result.stderr[-2000:]
+  expected = numbers.generate(dict(numbers.DEFAULT_SIZES, train=300))
+  for split in ("dev", "test"):
+    assert f"wrote {tmp_path}/{split}.en" in result.stdout
+    english = (tmp_path / f"{split}.en").read_text().splitlines()
+    german = (tmp_path / f"{split}.de").read_text().splitlines()
+    assert list(zip(english, german)) == expected[split]
+  bad = run_script("prepare_data.py", "--write_text=valid",
+                   f"--output_dir={tmp_path}")
+  assert bad.returncode != 0 and "--write_text" in bad.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Measures training and decoding speed on this machine; prints a table
+and writes the figures, the machine, the versions and the flags as JSON.
+
+  bin/benchmark.py --config=base --output=benchmark.json
+  # the decoding comparison of README's performance section:
+  bin/benchmark.py --config=base \
+      --hparams=num_layers=3,d_model=256,d_ff=1024,num_heads=4 \
+      --vocab_size=8000 --sections=decode --decode_sentences=1000
+
+Sections (--sections):
+- train: seconds per step and source+target tokens/s at --batch_tokens and
+  --source_length, for attention XLA on and off, the whole step under XLA,
+  bfloat16 mixed precision, one device and MirroredStrategy over
+  --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
+  here (model FLOPs: bin/model_summary.py's count, times 3).
+- scaling: training tokens/s at source lengths 16, 64, 256.
+- decode: a SavedModel exported like bin/export.py, beam 4 and greedy, at
+  batch 1 and --decode_batch_size: sentences/s and output tokens/s; time per
+  output token at steps 10, 50, 100; sentences/s for beams 1, 4, 8.
+Warm-up runs are excluded; each figure is the median of --runs runs.
+"""
+
+import json
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+SECTIONS = ("train", "scaling", "decode")
+flags.DEFINE_string("config", "base", "Model preset.")
+flags.DEFINE_string("hparams", "", "Config overrides.")
+flags.DEFINE_integer("vocab_size", 37000, "Vocabulary size of the model.")
+flags.DEFINE_list("sections", list(SECTIONS), f"Any of {', '.join(SECTIONS)}.")
+flags.DEFINE_integer("batch_tokens", 4096, "Tokens per side of a training "
+                     "batch (the paper: 25000 over 8 GPUs).")
+flags.DEFINE_integer("source_length", 32, "Sentence length of the training "
+                     "batches (both sides).")
+flags.DEFINE_list("scaling_lengths", ["16", "64", "256"], "Source lengths "
+                  "of the scaling section.")
+flags.DEFINE_list("train_variants", ["xla_attention", "no_xla",
+                                     "whole_step_xla", "bfloat16",
+                                     "mirrored"],
+                  "Training variants to run.")
+flags.DEFINE_integer("cpu_devices", 2, "Logical CPU devices for the "
+                     "MirroredStrategy variant.")
+flags.DEFINE_integer("runs", 3, "Timed runs per figure (median reported).")
+flags.DEFINE_integer("warmup", 2, "Untimed runs before them.")
+flags.DEFINE_integer("matmul_size", 4096, "n of the n^3 peak matmul.")
+flags.DEFINE_integer("decode_sentences", 256, "Sentences per decoding run.")
+flags.DEFINE_integer("decode_words", 8, "Words per decoded sentence (one "
+                     "subword each, plus EOS: the output length).")
+flags.DEFINE_integer("decode_batch_size", 32, "The larger decoding batch.")
+flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
+flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
+                         f"--sections: each must be one of {SECTIONS}")
+
+
+def _variants():
+  from tf_transformer.benchmark.training_speed import Variant  # pylint: disable=g-import-not-at-top
+  known = {"xla_attention": Variant("xla_attention"),
+           "no_xla": Variant("no_xla", xla_attention=False),
+           "whole_step_xla": Variant("whole_step_xla", jit_compile_step=True),
+           "bfloat16": Variant("bfloat16", mixed_precision="bfloat16"),
+           "mirrored": Variant(f"mirrored_{FLAGS.cpu_devices}cpu",
+                               devices=FLAGS.cpu_devices)}
+  unknown = set(FLAGS.train_variants) - set(known)
+  if unknown:
+    raise app.UsageError(f"--train_variants: unknown {sorted(unknown)}; "
+                         f"known: {sorted(known)}")
+  return [known[name] for name in FLAGS.train_variants]
+
+
+def _print_rows(title, rows, columns):
+  print(f"\n{title}")
+  print("  " + "  ".join(f"{c:>22}" for c in columns))
+  for row in rows:
+    print("  " + "  ".join(
+        f"{row.get(c, ''):>22.4g}" if isinstance(row.get(c), float)
+        else f"{str(row.get(c, '')):>22}" for c in columns))
+
+
+def train_section(config, report, peak):
+  from tf_transformer.benchmark import training_speed  # pylint: disable=g-import-not-at-top
+  rows = []
+  for variant in _variants():
+    try:
+      rows.append(training_speed.measure(
+          config, variant, FLAGS.batch_tokens, FLAGS.source_length,
+          FLAGS.runs, FLAGS.warmup, peak))
+    except Exception as e:  # pylint: disable=broad-except
+      # A variant this machine cannot run is reported, not fatal.
+      rows.append({"variant": variant.name, "error": str(e)[:300]})
+    _print_rows("training", rows[-1:], ["variant", "seconds_per_step",
+                                        "tokens_per_sec",
+                                        "model_gflops_per_sec", "mfu"])
+  report["train"] = rows
+
+
+def scaling_section(config, report, peak):
+  from tf_transformer.benchmark import training_speed  # pylint: disable=g-import-not-at-top
+  variant = training_speed.Variant("xla_attention")
+  rows = [training_speed.measure(config, variant, FLAGS.batch_tokens,
+                                 int(length), FLAGS.runs, FLAGS.warmup, peak)
+          for length in FLAGS.scaling_lengths]
+  _print_rows("training cost against sentence length", rows,
+              ["length", "rows", "seconds_per_step", "tokens_per_sec", "mfu"])
+  report["scaling"] = rows
+
+
+def decode_section(config, report):
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer import build_model
+  from tf_transformer.benchmark import decoding_speed
+  from tf_transformer.decoding.search import DecodingOptions
+  vocabulary = decoding_speed.synthetic_vocabulary(config.vocab_size)
+  config = config.replace(vocab_size=vocabulary.vocab_size)
+  model = build_model(config)
+  texts = decoding_speed.sentences(vocabulary, FLAGS.decode_sentences,
+                                   FLAGS.decode_words)
+  rows = []
+  for method in ("beam", "greedy"):
+    path = decoding_speed.export_model(model, vocabulary, DecodingOptions(
+        method=method, max_length_offset=1))
+    for batch_size in sorted({1, FLAGS.decode_batch_size}):
+      # Batch 1 over every sentence would take long: 1/8 of them.
+      subset = texts if batch_size > 1 else texts[:max(
+          8, len(texts) // 8)]
+      row = decoding_speed.measure_saved_model(path, vocabulary, subset,
+                                               batch_size, FLAGS.runs)
+      rows.append({"search": "beam 4" if method == "beam" else "greedy",
+                   **row})
+      _print_rows("decoding (exported SavedModel, text in and out)",
+                  rows[-1:], ["search", "batch_size", "sentences_per_sec",
+                              "output_tokens_per_sec",
+                              "output_tokens_per_sentence"])
+  per_token = decoding_speed.time_per_token(
+      model, vocabulary, batch_size=FLAGS.decode_batch_size, runs=FLAGS.runs)
+  print("\nbeam 4 decode time per output token, batch "
+        f"{FLAGS.decode_batch_size}: " + ", ".join(
+            f"{k} {v * 1e3:.2f} ms" for k, v in per_token.items()))
+  beams = decoding_speed.beam_scaling(
+      model, vocabulary, texts[:max(FLAGS.decode_batch_size, 64)],
+      batch_size=FLAGS.decode_batch_size, runs=FLAGS.runs)
+  print("sentences/s against beam size: " + ", ".join(
+      f"{k} {v:.1f}" for k, v in beams.items()))
+  report["decode"] = {"saved_model": rows, "time_per_token": per_token,
+                      "beam_scaling": beams,
+                      "model": "random weights; outputs run to the length "
+                               "limit (source tokens + 1)"}
+
+
+def main(argv):
+  del argv
+  from tf_transformer.training import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+  if "mirrored" in FLAGS.train_variants and "train" in FLAGS.sections:
+    strategy_lib.split_cpu(FLAGS.cpu_devices)  # before any op runs
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer import config as config_lib
+  from tf_transformer import cost
+  from tf_transformer.benchmark import timing
+  config = config_lib.get_config(FLAGS.config, FLAGS.hparams,
+                                 vocab_size=FLAGS.vocab_size)
+  report = {"machine": timing.machine(), "config": config.to_dict(),
+            "flags": FLAGS.flags_into_string(),
+            "flops_per_token": cost.flops_per_token(config,
+                                                    FLAGS.source_length),
+            "parameters": cost.parameter_count(config)}
+  start = time.time()
+  peak = timing.matmul_peak(FLAGS.matmul_size, FLAGS.runs)
+  report["matmul_peak"] = peak
+  m = report["machine"]
+  print(f"{m['cpu']} ({m['cores']} cores, {', '.join(m['cpu_flags'])}), "
+        f"TensorFlow {m['versions']['tensorflow']}, TF_ENABLE_ONEDNN_OPTS="
+        f"{m['TF_ENABLE_ONEDNN_OPTS'] or 'unset'}")
+  print(f"{FLAGS.config} ({FLAGS.hparams or 'no overrides'}), vocabulary "
+        f"{config.vocab_size}: {report['parameters']:,} parameters, "
+        f"{report['flops_per_token']:,} forward FLOPs per token")
+  print(f"fp32 matmul {peak['n']}^3: TensorFlow "
+        f"{peak['tensorflow_gflops']:.1f} GFLOP/s, numpy "
+        f"{peak['numpy_gflops']:.1f} GFLOP/s (the MFU peak: TensorFlow's)")
+  peak_gflops = peak["tensorflow_gflops"]
+  if "train" in FLAGS.sections:
+    train_section(config, report, peak_gflops)
+  if "scaling" in FLAGS.sections:
+    scaling_section(config, report, peak_gflops)
+  if "decode" in FLAGS.sections:
+    decode_section(config, report)
+  report["seconds"] = time.time() - start
+  os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
+  with open(FLAGS.output, "w", encoding="utf-8") as f:
+    json.dump(report, f, indent=2)
+  print(f"\nwrote {FLAGS.output} ({report['seconds']:.0f} s)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(app.run(main))

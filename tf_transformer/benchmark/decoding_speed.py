@@ -1,0 +1,134 @@
+"""Decoding speed of exported SavedModels: sentences/s and output tokens/s,
+the time per output token as outputs grow, and the cost of wider beams.
+
+The model has random weights (a benchmark must not need a trained model),
+so it almost never emits EOS: every output runs to its length limit, source
+length + `max_length_offset`. Choosing the sources' length and the offset
+therefore fixes the output length, and the work per output token is that of
+a trained model producing outputs of that length. Sources are sentences of
+whole-word pieces of a synthetic vocabulary of the asked size, so each word
+is one subword.
+"""
+
+import os
+import random
+import tempfile
+
+import tensorflow as tf
+
+from tf_transformer.benchmark.timing import median_seconds
+from tf_transformer.data import vocabulary as vocabulary_lib
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.serving import export as export_lib
+from tf_transformer.special_ids import PAD_ID
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def synthetic_vocabulary(vocab_size, seed=0):
+  """A SentencePiece vocabulary of `vocab_size` pieces, most of them whole
+  pseudo-words, trained on generated text."""
+  rng = random.Random(seed)
+  words = sorted({"".join(rng.choice(_LETTERS) for _ in range(rng.randint(
+      3, 8))) for _ in range(2 * vocab_size)})
+  sentences = [" ".join(rng.choice(words) for _ in range(10))
+               for _ in range(20 * vocab_size // 10)]
+  return vocabulary_lib.Vocabulary(vocabulary_lib.train(sentences,
+                                                        vocab_size))
+
+
+def whole_words(vocabulary):
+  """The pieces that are a whole word (start with U+2581 and at least two
+  letters), without the U+2581."""
+  ids = tf.range(vocabulary.vocab_size)
+  pieces = [p.decode() for p in vocabulary.pieces(ids).numpy()]
+  return [p[1:] for p in pieces
+          if p.startswith("\u2581") and len(p) > 2 and p[1:].isalpha()]
+
+
+def sentences(vocabulary, count, words_per_sentence, seed=0):
+  rng = random.Random(seed)
+  words = whole_words(vocabulary)
+  return [" ".join(rng.choice(words) for _ in range(words_per_sentence))
+          for _ in range(count)]
+
+
+def export_model(model, vocabulary, options, directory=None):
+  """Exports `model` as bin/export.py does (no XLA); returns the path."""
+  module = export_lib.TranslationModule(model, vocabulary, options)
+  directory = directory or tempfile.mkdtemp(prefix="tf_transformer_bench_")
+  return export_lib.export(module, os.path.join(directory, "model"))
+
+
+def _batches(texts, batch_size):
+  return [tf.constant(texts[i:i + batch_size])
+          for i in range(0, len(texts), batch_size)]
+
+
+def output_tokens(signatures, vocabulary, texts):
+  """Output subwords (EOS included) the export gives `texts`, counted once
+  through its `ids` signature."""
+  from tf_transformer.decoding.text import encode_sources  # pylint: disable=g-import-not-at-top
+  total = 0
+  for start in range(0, len(texts), 256):
+    ids = signatures["ids"](source_ids=encode_sources(
+        vocabulary, texts[start:start + 256]))["target_ids"]
+    total += int(tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32)))
+  return total
+
+
+def measure_saved_model(path, vocabulary, texts, batch_size, runs=3,
+                        warmup=1):
+  """Sentences/s and output tokens/s of `serving_default` (text in, text
+  out, tokenization included) over `texts` in batches."""
+  import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+  loaded = tf.saved_model.load(path)
+  serve = loaded.signatures["serving_default"]
+  batches = _batches(texts, batch_size)
+
+  def translate_all():
+    for batch in batches:
+      serve(text=batch)["translation"].numpy()
+
+  seconds = median_seconds(translate_all, runs, warmup)
+  tokens = output_tokens(loaded.signatures, vocabulary, texts)
+  return {"batch_size": batch_size, "sentences": len(texts),
+          "seconds": seconds, "sentences_per_sec": len(texts) / seconds,
+          "output_tokens_per_sec": tokens / seconds,
+          "output_tokens_per_sentence": tokens / len(texts)}
+
+
+def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
+                   beam_size=4, batch_size=32, runs=3):
+  """Seconds per output token at each output length n: (T(n) - T(n - 5))
+  / 5, with T the time to translate one batch whose outputs all have
+  length n. Flat when the decoder cache keeps each step's cost constant.
+  Measured on the export's graph code in-process (one module per length;
+  exporting each would only add saving time)."""
+  words = 2  # sources of 2 words + EOS = 3 tokens
+  texts = sentences(vocabulary, batch_size, words, seed=1)
+  batch = tf.constant(texts)
+  times = {}
+  for n in sorted({m for n in output_lengths for m in (n - 5, n)}):
+    module = export_lib.TranslationModule(model, vocabulary, DecodingOptions(
+        beam_size=beam_size, max_length_offset=n - (words + 1)))
+    times[n] = median_seconds(lambda: module.serve(batch)["translation"]
+                              .numpy(), runs, warmup=1)
+  return {f"step_{n}": (times[n] - times[n - 5]) / 5 for n in output_lengths}
+
+
+def beam_scaling(model, vocabulary, texts, beam_sizes=(1, 4, 8),
+                 batch_size=32, max_length_offset=1, runs=3):
+  """Sentences/s against the beam size, same graph code in-process."""
+  batches = _batches(texts, batch_size)
+  results = {}
+  for k in beam_sizes:
+    module = export_lib.TranslationModule(model, vocabulary, DecodingOptions(
+        beam_size=k, max_length_offset=max_length_offset))
+
+    def translate_all(module=module):
+      for batch in batches:
+        module.serve(batch)["translation"].numpy()
+    results[f"beam_{k}"] = len(texts) / median_seconds(translate_all, runs,
+                                                        warmup=1)
+  return results

@@ -1,0 +1,84 @@
+"""Medians of timed runs, this machine's fp32 matmul peak, and what the
+machine and the software are, for benchmark reports."""
+
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+
+def median_seconds(fn, runs=5, warmup=1):
+  """Median wall time of `fn()` over `runs` calls after `warmup` untimed
+  ones (tracing, XLA compilation, caches). `fn` must block until its work
+  is done (e.g. read a result back with .numpy())."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(runs):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def matmul_peak(n=4096, runs=5):
+  """GFLOP/s of an n x n x n fp32 matmul in TensorFlow and in numpy: the
+  peak the model FLOPs utilisation is measured against."""
+  a = tf.random.stateless_normal([n, n], seed=[1, 2])
+  b = tf.random.stateless_normal([n, n], seed=[3, 4])
+  matmul = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)[:1, :1]))
+  flops = 2.0 * n ** 3
+  tf_seconds = median_seconds(lambda: matmul(a, b).numpy(), runs)
+  a_np, b_np = a.numpy(), b.numpy()
+  np_seconds = median_seconds(lambda: a_np @ b_np, runs)
+  return {"n": n, "tensorflow_gflops": flops / tf_seconds / 1e9,
+          "numpy_gflops": flops / np_seconds / 1e9}
+
+
+def _cpu_model():
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def _cpu_flags():
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("flags"):
+          flags = set(line.split(":", 1)[1].split())
+          return sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16",
+                                 "amx_bf16", "amx_tile"})
+  except OSError:
+    pass
+  return []
+
+
+def machine():
+  """The machine and the software a report was measured with."""
+  import keras  # pylint: disable=g-import-not-at-top
+  versions = {"python": sys.version.split()[0], "tensorflow": tf.__version__,
+              "keras": keras.__version__, "numpy": np.__version__}
+  try:
+    import tensorflow_text  # pylint: disable=g-import-not-at-top
+    versions["tensorflow_text"] = tensorflow_text.__version__
+  except ImportError:
+    pass
+  return {
+      "cpu": _cpu_model(), "cpu_flags": _cpu_flags(),
+      "cores": os.cpu_count(),
+      "gpus": len(tf.config.list_physical_devices("GPU")),
+      "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""),
+      "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+      "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+      "versions": versions,
+  }
