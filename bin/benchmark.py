@@ -11,8 +11,8 @@ and writes the figures, the machine, the versions and the flags as JSON.
 Sections (--sections):
 - train: seconds per step and source+target tokens/s at --batch_tokens and
   --source_length, for attention XLA on and off, the whole step under XLA,
-  bfloat16 mixed precision, one device and MirroredStrategy over
-  --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
+  bfloat16 mixed precision (also with the whole step under XLA), one device
+  and MirroredStrategy over --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
   here (model FLOPs: bin/model_summary.py's count, times 3).
 - scaling: training tokens/s at source lengths 16, 64, 256.
 - decode: a SavedModel exported like bin/export.py, beam 4 and greedy, at
@@ -28,6 +28,7 @@ import time
 
 from absl import app
 from absl import flags
+from absl import logging
 
 FLAGS = flags.FLAGS
 SECTIONS = ("train", "scaling", "decode")
@@ -43,7 +44,7 @@ flags.DEFINE_list("scaling_lengths", ["16", "64", "256"], "Source lengths "
                   "of the scaling section.")
 flags.DEFINE_list("train_variants", ["xla_attention", "no_xla",
                                      "whole_step_xla", "bfloat16",
-                                     "mirrored"],
+                                     "bfloat16_whole_step_xla", "mirrored"],
                   "Training variants to run.")
 flags.DEFINE_integer("cpu_devices", 2, "Logical CPU devices for the "
                      "MirroredStrategy variant.")
@@ -51,9 +52,12 @@ flags.DEFINE_integer("runs", 3, "Timed runs per figure (median reported).")
 flags.DEFINE_integer("warmup", 2, "Untimed runs before them.")
 flags.DEFINE_integer("matmul_size", 4096, "n of the n^3 peak matmul.")
 flags.DEFINE_integer("decode_sentences", 256, "Sentences per decoding run.")
-flags.DEFINE_integer("decode_words", 8, "Words per decoded sentence (one "
+flags.DEFINE_integer("decode_words", 7, "Words per decoded sentence (one "
                      "subword each, plus EOS: the output length).")
 flags.DEFINE_integer("decode_batch_size", 32, "The larger decoding batch.")
+flags.DEFINE_list("token_steps", ["10", "50", "100"], "Output lengths at "
+                  "which the time per output token is measured.")
+flags.DEFINE_list("beam_sizes", ["1", "4", "8"], "Beam sizes compared.")
 flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
 flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
                          f"--sections: each must be one of {SECTIONS}")
@@ -65,6 +69,9 @@ def _variants():
            "no_xla": Variant("no_xla", xla_attention=False),
            "whole_step_xla": Variant("whole_step_xla", jit_compile_step=True),
            "bfloat16": Variant("bfloat16", mixed_precision="bfloat16"),
+           "bfloat16_whole_step_xla": Variant(
+               "bfloat16_whole_step_xla", mixed_precision="bfloat16",
+               jit_compile_step=True),
            "mirrored": Variant(f"mirrored_{FLAGS.cpu_devices}cpu",
                                devices=FLAGS.cpu_devices)}
   unknown = set(FLAGS.train_variants) - set(known)
@@ -74,18 +81,25 @@ def _variants():
   return [known[name] for name in FLAGS.train_variants]
 
 
-def _print_rows(title, rows, columns):
+def _print_header(title, columns):
   print(f"\n{title}")
-  print("  " + "  ".join(f"{c:>22}" for c in columns))
+  print("  " + "  ".join(f"{c:>22}" for c in columns), flush=True)
+
+
+def _print_rows(rows, columns):
   for row in rows:
     print("  " + "  ".join(
         f"{row.get(c, ''):>22.4g}" if isinstance(row.get(c), float)
-        else f"{str(row.get(c, '')):>22}" for c in columns))
+        else f"{str(row.get(c, '')):>22}" for c in columns), flush=True)
 
 
 def train_section(config, report, peak):
   from tf_transformer.benchmark import training_speed  # pylint: disable=g-import-not-at-top
   rows = []
+  columns = ["variant", "seconds_per_step", "tokens_per_sec",
+             "model_gflops_per_sec", "mfu"]
+  _print_header(f"training: {FLAGS.batch_tokens} tokens a side, sentences "
+                f"of {FLAGS.source_length}", columns)
   for variant in _variants():
     try:
       rows.append(training_speed.measure(
@@ -94,20 +108,21 @@ def train_section(config, report, peak):
     except Exception as e:  # pylint: disable=broad-except
       # A variant this machine cannot run is reported, not fatal.
       rows.append({"variant": variant.name, "error": str(e)[:300]})
-    _print_rows("training", rows[-1:], ["variant", "seconds_per_step",
-                                        "tokens_per_sec",
-                                        "model_gflops_per_sec", "mfu"])
+    _print_rows(rows[-1:], columns + ["error"])
   report["train"] = rows
 
 
 def scaling_section(config, report, peak):
   from tf_transformer.benchmark import training_speed  # pylint: disable=g-import-not-at-top
   variant = training_speed.Variant("xla_attention")
-  rows = [training_speed.measure(config, variant, FLAGS.batch_tokens,
-                                 int(length), FLAGS.runs, FLAGS.warmup, peak)
-          for length in FLAGS.scaling_lengths]
-  _print_rows("training cost against sentence length", rows,
-              ["length", "rows", "seconds_per_step", "tokens_per_sec", "mfu"])
+  columns = ["length", "rows", "seconds_per_step", "tokens_per_sec", "mfu"]
+  _print_header("training cost against sentence length", columns)
+  rows = []
+  for length in FLAGS.scaling_lengths:
+    rows.append(training_speed.measure(config, variant, FLAGS.batch_tokens,
+                                       int(length), FLAGS.runs, FLAGS.warmup,
+                                       peak))
+    _print_rows(rows[-1:], columns)
   report["scaling"] = rows
 
 
@@ -122,6 +137,9 @@ def decode_section(config, report):
   texts = decoding_speed.sentences(vocabulary, FLAGS.decode_sentences,
                                    FLAGS.decode_words)
   rows = []
+  columns = ["search", "batch_size", "sentences_per_sec",
+             "output_tokens_per_sec", "output_tokens_per_sentence"]
+  _print_header("decoding (exported SavedModel, text in and out)", columns)
   for method in ("beam", "greedy"):
     path = decoding_speed.export_model(model, vocabulary, DecodingOptions(
         method=method, max_length_offset=1))
@@ -133,17 +151,16 @@ def decode_section(config, report):
                                                batch_size, FLAGS.runs)
       rows.append({"search": "beam 4" if method == "beam" else "greedy",
                    **row})
-      _print_rows("decoding (exported SavedModel, text in and out)",
-                  rows[-1:], ["search", "batch_size", "sentences_per_sec",
-                              "output_tokens_per_sec",
-                              "output_tokens_per_sentence"])
+      _print_rows(rows[-1:], columns)
   per_token = decoding_speed.time_per_token(
-      model, vocabulary, batch_size=FLAGS.decode_batch_size, runs=FLAGS.runs)
+      model, vocabulary, [int(n) for n in FLAGS.token_steps],
+      batch_size=FLAGS.decode_batch_size, runs=FLAGS.runs)
   print("\nbeam 4 decode time per output token, batch "
         f"{FLAGS.decode_batch_size}: " + ", ".join(
             f"{k} {v * 1e3:.2f} ms" for k, v in per_token.items()))
   beams = decoding_speed.beam_scaling(
       model, vocabulary, texts[:max(FLAGS.decode_batch_size, 64)],
+      [int(k) for k in FLAGS.beam_sizes],
       batch_size=FLAGS.decode_batch_size, runs=FLAGS.runs)
   print("sentences/s against beam size: " + ", ".join(
       f"{k} {v:.1f}" for k, v in beams.items()))
@@ -155,6 +172,7 @@ def decode_section(config, report):
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # the figures, not TF's chatter
   from tf_transformer.training import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
   if "mirrored" in FLAGS.train_variants and "train" in FLAGS.sections:
     strategy_lib.split_cpu(FLAGS.cpu_devices)  # before any op runs
@@ -162,6 +180,8 @@ def main(argv):
   from tf_transformer import config as config_lib
   from tf_transformer import cost
   from tf_transformer.benchmark import timing
+  import tensorflow as tf
+  tf.get_logger().setLevel("ERROR")
   config = config_lib.get_config(FLAGS.config, FLAGS.hparams,
                                  vocab_size=FLAGS.vocab_size)
   report = {"machine": timing.machine(), "config": config.to_dict(),

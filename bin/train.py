@@ -169,8 +169,9 @@ def main(argv):
         jit_compile_step=FLAGS.jit_compile_step,
         mixed_precision=FLAGS.mixed_precision or None,
         log_gradient_norm=FLAGS.log_gradient_norm)
-    logging.info("%s on %d replica(s): %s", FLAGS.distribution,
-                 strategy.num_replicas_in_sync, config)
+    logging.info("%s on %d replica(s), whole-step XLA %s: %s",
+                 FLAGS.distribution, strategy.num_replicas_in_sync,
+                 "on" if options.jit_compile_step else "off", config)
     trainer = Trainer(config, vocabulary, spec, options, strategy)
     result = trainer.train()
   except (DataError, ValueError, FileNotFoundError) as e:

@@ -100,21 +100,22 @@ def measure_saved_model(path, vocabulary, texts, batch_size, runs=3,
 
 def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
                    beam_size=4, batch_size=32, runs=3):
-  """Seconds per output token at each output length n: (T(n) - T(n - 5))
-  / 5, with T the time to translate one batch whose outputs all have
-  length n. Flat when the decoder cache keeps each step's cost constant.
+  """Seconds per output token around each output length n: (T(n) -
+  T(n / 2)) / (n / 2), with T the time to translate one batch whose outputs
+  all have that length. Flat when the decoder cache keeps each step's cost constant.
   Measured on the export's graph code in-process (one module per length;
   exporting each would only add saving time)."""
-  words = 2  # sources of 2 words + EOS = 3 tokens
+  words = 1  # sources of 1 word + EOS = 2 tokens: outputs from 3 tokens
   texts = sentences(vocabulary, batch_size, words, seed=1)
   batch = tf.constant(texts)
   times = {}
-  for n in sorted({m for n in output_lengths for m in (n - 5, n)}):
+  for n in sorted({m for n in output_lengths for m in (n // 2, n)}):
     module = export_lib.TranslationModule(model, vocabulary, DecodingOptions(
         beam_size=beam_size, max_length_offset=n - (words + 1)))
     times[n] = median_seconds(lambda: module.serve(batch)["translation"]
                               .numpy(), runs, warmup=1)
-  return {f"step_{n}": (times[n] - times[n - 5]) / 5 for n in output_lengths}
+  return {f"step_{n}": (times[n] - times[n // 2]) / (n - n // 2)
+          for n in output_lengths}
 
 
 def beam_scaling(model, vocabulary, texts, beam_sizes=(1, 4, 8),

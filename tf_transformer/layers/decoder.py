@@ -26,8 +26,14 @@ from tf_transformer.layers.encoder import _TransformerStack
 def write_cache(cache, new, step):
   """Writes `new` [batch, heads, 1, depth] at position `step` of `cache`
   [batch, heads, max_length, depth]."""
-  positions = tf.range(tf.shape(cache)[2])[tf.newaxis, tf.newaxis, :, tf.newaxis]
-  return tf.where(positions == step, new, cache)
+  shape = tf.shape(cache)
+  batch, heads = shape[0], shape[1]
+  # (b, h, step) for every row and head: the op updates the loop's buffer in
+  # place, where tf.where would rewrite all max_length positions each step.
+  rows = tf.stack(tf.meshgrid(tf.range(batch), tf.range(heads),
+                              indexing="ij"), axis=-1)
+  indices = tf.concat([rows, tf.fill([batch, heads, 1], step)], axis=-1)
+  return tf.tensor_scatter_nd_update(cache, indices, new[:, :, 0])
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
