@@ -61,6 +61,10 @@ flags.DEFINE_list("beam_sizes", ["1", "4", "8"], "Beam sizes compared.")
 flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
 flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
                          f"--sections: each must be one of {SECTIONS}")
+flags.register_validator("token_steps",
+                         lambda steps: all(int(n) >= 6 for n in steps),
+                         "--token_steps: each must be >= 6 (half of it, "
+                         "minus the 2 source tokens, must leave an output)")
 
 
 def _variants():

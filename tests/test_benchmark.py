@@ -3,6 +3,9 @@ report with the machine, the flags and every figure. (Mechanics only: no
 speed is asserted; figures come from running the command, see README.)"""
 
 import json
+import os
+import subprocess
+import sys
 
 from conftest import run_script
 
@@ -14,7 +17,7 @@ def test_benchmark_writes_every_figure(tmp_path):
       "--sections=train,scaling,decode",
       "--train_variants=xla_attention,no_xla,mirrored", "--cpu_devices=2",
       "--batch_tokens=256", "--scaling_lengths=8,32", "--decode_sentences=8",
-      "--decode_batch_size=4", "--token_steps=4,8", "--beam_sizes=1,2",
+      "--decode_batch_size=4", "--token_steps=6,8", "--beam_sizes=1,2",
       "--runs=1", "--warmup=1", "--matmul_size=128", f"--output={output}")
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads(output.read_text())
@@ -38,6 +41,19 @@ def test_benchmark_writes_every_figure(tmp_path):
     # 7 one-subword words + EOS, and one more token allowed: 9 each.
     assert row["output_tokens_per_sentence"] == 9
     assert row["sentences_per_sec"] > 0
-  assert set(decode["time_per_token"]) == {"step_4", "step_8"}
+  assert set(decode["time_per_token"]) == {"step_6", "step_8"}
   assert set(decode["beam_scaling"]) == {"beam_1", "beam_2"}
   assert "model_gflops_per_sec" in result.stdout and "wrote" in result.stdout
+
+
+def test_onednn_is_on_unless_turned_off():
+  code = ("import os, tf_transformer; "
+          "print(os.environ['TF_ENABLE_ONEDNN_OPTS'])")
+  for given, expected in ((None, "1"), ("0", "0")):
+    env = {k: v for k, v in os.environ.items()
+           if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if given is not None:
+      env["TF_ENABLE_ONEDNN_OPTS"] = given
+    out = subprocess.run([sys.executable, "-c", code], env=env, text=True,
+                         capture_output=True, check=True).stdout
+    assert out.strip() == expected

@@ -1,6 +1,15 @@
 """tf_transformer: the Transformer of "Attention Is All You Need" (Vaswani et
 al., 2017) in TensorFlow and Keras 3."""
 
+import os
+
+# oneDNN's CPU kernels: TensorFlow turns them on by default only on some
+# CPUs; on a 2-core AMD EPYC they doubled the fp32 matmul rate (90 -> 179
+# GFLOP/s). Read when TensorFlow is first imported, so set before it; an
+# explicit TF_ENABLE_ONEDNN_OPTS=0 still turns them off. (README, Performance.)
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_transformer.config import PRESETS
 from tf_transformer.config import TransformerConfig
 from tf_transformer.config import get_config
