@@ -13,6 +13,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from tf_transformer.decoding import translator_flags
 from tf_transformer.serving import export as export_lib
@@ -33,6 +34,9 @@ flags.mark_flags_as_required(["model_dir", "export_dir"])
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # not SavedModel's info lines
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel("ERROR")
   try:
     model, vocabulary = run_dir.load_trained_model(FLAGS.model_dir,
                                                    FLAGS.checkpoint)

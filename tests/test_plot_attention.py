@@ -6,19 +6,14 @@ import tensorflow as tf
 
 from tf_transformer import plots
 from conftest import run_script
-from training_helpers import write_run_dir
+from training_helpers import write_run_and_export
 
 SENTENCE = "four hundred and twenty-one"
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
-  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
-  result = run_script("export.py", f"--model_dir={model_dir}",
-                      f"--export_dir={export_dir}", "--max_length_offset=4")
-  assert result.returncode == 0, result.stderr[-2000:]
-  return model_dir, export_dir / "1"
+  return write_run_and_export(tmp_path_factory, max_length_offset=4)
 
 
 def _image(path):

@@ -23,19 +23,15 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from tf_transformer.serving import client
 from conftest import run_script
-from training_helpers import write_run_dir
+from training_helpers import write_run_and_export
 
 TEXTS = ["four hundred and twenty-one", "seven", ""]
 
 
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
-  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
-  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
-  result = run_script("export.py", f"--model_dir={model_dir}",
-                      f"--export_dir={export_dir}", "--max_length_offset=6")
-  assert result.returncode == 0, result.stderr[-2000:]
-  return tf.saved_model.load(str(export_dir / "1"))
+  _, exported = write_run_and_export(tmp_path_factory, max_length_offset=6)
+  return tf.saved_model.load(str(exported))
 
 
 def _expected(saved_model, signature, texts):

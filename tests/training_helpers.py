@@ -73,3 +73,16 @@ def write_run_dir(directory):
   tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
                              max_to_keep=1).save(checkpoint_number=1)
   return directory
+
+
+def write_run_and_export(tmp_path_factory, max_length_offset):
+  """(run directory, its export's version folder) of an untrained tiny
+  model, exported by bin/export.py as a user would."""
+  from conftest import run_script  # pylint: disable=g-import-not-at-top
+  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
+  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={export_dir}",
+                      f"--max_length_offset={max_length_offset}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  return model_dir, export_dir / "1"
