@@ -15,8 +15,8 @@ def test_benchmark_writes_every_figure(tmp_path):
   result = run_script(
       "benchmark.py", "--config=tiny", "--vocab_size=1000",
       "--sections=train,scaling,decode",
-      "--train_variants=xla_attention,no_xla,mirrored", "--cpu_devices=2",
-      "--batch_tokens=256", "--scaling_lengths=8,32", "--decode_sentences=8",
+      "--train_variants=no_xla,mirrored", "--cpu_devices=2",
+      "--batch_tokens=256", "--scaling_lengths=8", "--decode_sentences=8",
       "--decode_batch_size=4", "--token_steps=6,8", "--beam_sizes=1,2",
       "--runs=1", "--warmup=1", "--matmul_size=128", f"--output={output}")
   assert result.returncode == 0, result.stderr[-3000:]
@@ -27,12 +27,12 @@ def test_benchmark_writes_every_figure(tmp_path):
   assert report["parameters"] > 0 and report["flops_per_token"] > 0
   assert "--config=tiny" in report["flags"]
   variants = [row["variant"] for row in report["train"]]
-  assert variants == ["xla_attention", "no_xla", "mirrored_2cpu"]
+  assert variants == ["no_xla", "mirrored_2cpu"]
   for row in report["train"] + report["scaling"]:
     assert "error" not in row, row
     assert row["seconds_per_step"] > 0 and row["tokens_per_sec"] > 0
     assert 0 < row["mfu"]
-  assert [row["length"] for row in report["scaling"]] == [8, 32]
+  assert [row["length"] for row in report["scaling"]] == [8]
   decode = report["decode"]
   searches = {(r["search"], r["batch_size"]) for r in decode["saved_model"]}
   assert searches == {("beam 4", 1), ("beam 4", 4), ("greedy", 1),

@@ -1,17 +1,20 @@
 """bin/main_job.py runs every stage with the repository's own commands and
-ends with a summary; run again, it reuses the finished training and exports
-the next version. (A short run: the full job's figures are in README.md.)"""
+ends with a summary. (A short run: the full job's figures are in README.md.
+Run again, the job resumes through train.py's tested resume and exports the
+next version through export.py's tested versioning; a second run here would
+add a minute to the suite.)"""
 
 import re
 
 from conftest import run_script
 
 
-def test_main_job_end_to_end_then_again(tmp_path):
+def test_main_job_end_to_end(tmp_path):
   args = [f"--work_dir={tmp_path / 'work'}",
           f"--export_dir={tmp_path / 'saved_models' / 'numbers'}",
           "--numbers_train_size=2000", "--train_steps=30",
-          "--vocab_size=400", "--average_checkpoints=2", "--num_examples=3"]
+          "--vocab_size=400", "--average_checkpoints=2", "--num_examples=3",
+          "--hparams=max_decode_length_offset=4"]  # short untrained outputs
   first = run_script("main_job.py", *args, timeout=900)
   assert first.returncode == 0, first.stderr[-3000:]
   out = first.stdout
@@ -33,9 +36,3 @@ def test_main_job_end_to_end_then_again(tmp_path):
   assert len((tmp_path / "work" / "test.translation").read_text()
              .splitlines()) == 500
 
-  again = run_script("main_job.py", *args, timeout=900)
-  assert again.returncode == 0, again.stderr[-3000:]
-  assert "== prepare" not in again.stdout  # the data files are there
-  assert "using the vocabulary already in" not in again.stdout
-  assert "model to step 30, in an earlier run" in again.stdout
-  assert f"{tmp_path}/saved_models/numbers/2" in again.stdout
