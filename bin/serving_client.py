@@ -17,7 +17,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tf_transformer.decoding.translator import one_line
+from tf_transformer.decoding.translator import output_lines
 from tf_transformer.serving import client
 
 FLAGS = flags.FLAGS
@@ -38,18 +38,6 @@ flags.DEFINE_float("timeout", 60.0, "Seconds to wait for each answer.")
 flags.mark_flag_as_required("model_name")
 
 
-def format_lines(start, results, nbest):
-  lines = []
-  for index, hypotheses in enumerate(results, start):
-    if nbest:
-      lines += [f"{index} ||| {one_line(t)} ||| {s:.4f}" for t, s in hypotheses]
-    else:
-      text, score = hypotheses[0]
-      lines.append(f"{score:.4f}\t{one_line(text)}" if FLAGS.show_scores
-                   else one_line(text))
-  return lines
-
-
 def main(argv):
   del argv
   rest = FLAGS.protocol == "rest"
@@ -63,7 +51,8 @@ def main(argv):
       results = predict(server, FLAGS.model_name,
                         texts[start:start + FLAGS.batch_size],
                         FLAGS.signature, FLAGS.model_version, FLAGS.timeout)
-      lines = format_lines(start, results, FLAGS.signature == "nbest")
+      lines = output_lines(results, FLAGS.signature == "nbest",
+                           FLAGS.show_scores, start)
       sys.stdout.write("".join(line + "\n" for line in lines))
   except (OSError, ImportError, client.ServingError) as e:
     print(f"serving_client: error: {e}", file=sys.stderr)

@@ -13,7 +13,7 @@ from absl import app
 from absl import flags
 
 from tf_transformer.decoding import translator_flags
-from tf_transformer.decoding.translator import one_line
+from tf_transformer.decoding.translator import output_lines
 
 FLAGS = flags.FLAGS
 translator_flags.define_flags()
@@ -22,19 +22,6 @@ flags.DEFINE_string("output", None, "Output file (default: stdout).")
 flags.DEFINE_integer("nbest", 1, "Translations per sentence.")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
-
-
-def format_results(results, nbest, show_scores):
-  lines = []
-  for index, hypotheses in enumerate(results):
-    if nbest > 1:
-      lines += [f"{index} ||| {one_line(t)} ||| {s:.4f}"
-                for t, s in hypotheses]
-    else:
-      text, score = hypotheses[0]
-      text = one_line(text)
-      lines.append(f"{score:.4f}\t{text}" if show_scores else text)
-  return lines
 
 
 def main(argv):
@@ -48,7 +35,7 @@ def main(argv):
   except (OSError, ValueError) as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 1
-  lines = format_results(results, FLAGS.nbest, FLAGS.show_scores)
+  lines = output_lines(results, FLAGS.nbest > 1, FLAGS.show_scores)
   output = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
   with output:
     output.write("".join(line + "\n" for line in lines))

@@ -12,6 +12,23 @@ def one_line(text):
   return " ".join(text.splitlines())
 
 
+def output_lines(results, nbest_format, show_scores=False, start=0):
+  """What bin/translate.py and bin/serving_client.py print for `results`
+  ([[(text, score), ...], ...], one list per input numbered from `start`):
+  `INDEX ||| TEXT ||| SCORE` per hypothesis with `nbest_format`, else the
+  best text, prefixed by `SCORE<TAB>` with `show_scores`."""
+  lines = []
+  for index, hypotheses in enumerate(results, start):
+    if nbest_format:
+      lines += [f"{index} ||| {one_line(t)} ||| {s:.4f}"
+                for t, s in hypotheses]
+    else:
+      text, score = hypotheses[0]
+      text = one_line(text)
+      lines.append(f"{score:.4f}\t{text}" if show_scores else text)
+  return lines
+
+
 class Translator:
   """`translate(texts) -> [[(translation, score), ...n-best], ...]`."""
 
