@@ -156,12 +156,16 @@ def decode_section(config, report):
       rows.append({"search": "beam 4" if method == "beam" else "greedy",
                    **row})
       _print_rows(rows[-1:], columns)
-  per_token = decoding_speed.time_per_token(
-      model, vocabulary, [int(n) for n in FLAGS.token_steps],
-      batch_size=FLAGS.decode_batch_size, runs=FLAGS.runs)
-  print("\nbeam 4 decode time per output token, batch "
-        f"{FLAGS.decode_batch_size}: " + ", ".join(
-            f"{k} {v * 1e3:.2f} ms" for k, v in per_token.items()))
+  per_token = {}
+  print()
+  for batch_size in sorted({1, FLAGS.decode_batch_size}):
+    figures = decoding_speed.time_per_token(
+        model, vocabulary, [int(n) for n in FLAGS.token_steps],
+        batch_size=batch_size, runs=FLAGS.runs)
+    per_token[f"batch_{batch_size}"] = figures
+    print(f"beam 4 decode time per output token, batch {batch_size}: "
+          + ", ".join(
+              f"{k} {v * 1e3:.2f} ms" for k, v in figures.items()))
   beams = decoding_speed.beam_scaling(
       model, vocabulary, texts[:max(FLAGS.decode_batch_size, 64)],
       [int(k) for k in FLAGS.beam_sizes],

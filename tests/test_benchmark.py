@@ -41,7 +41,10 @@ def test_benchmark_writes_every_figure(tmp_path):
     # 7 one-subword words + EOS, and one more token allowed: 9 each.
     assert row["output_tokens_per_sentence"] == 9
     assert row["sentences_per_sec"] > 0
-  assert set(decode["time_per_token"]) == {"step_6", "step_8"}
+  per_token = decode["time_per_token"]
+  assert set(per_token) == {"batch_1", "batch_4"}
+  for figures in per_token.values():
+    assert set(figures) == {"step_6", "step_8"}
   assert set(decode["beam_scaling"]) == {"beam_1", "beam_2"}
   assert "model_gflops_per_sec" in result.stdout and "wrote" in result.stdout
 

@@ -111,3 +111,13 @@ def test_options_come_from_the_config():
                                      method="greedy")
   assert (base.method, base.beam_size, base.alpha, base.nbest) == (
       "greedy", 4, 0.6, 1)
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy", "sample"])
+def test_an_empty_batch_gives_empty_nbest_lists(model, method):
+  options = DecodingOptions(method=method, num_samples=2)
+  empty = tf.zeros([0, 5], tf.int32)
+  for run in (decode, tf.function(decode, reduce_retracing=True)):
+    ids, scores = run(model, empty, options)
+    assert ids.shape[:2] == (0, options.nbest)
+    assert scores.shape == (0, options.nbest)

@@ -4,9 +4,10 @@
     logits = model.decode(target_input_ids, memory, source_mask)
     logits = model((source_ids, target_input_ids))          # teacher forcing
 
-Incremental decoding, one position at a time with static shapes:
+Incremental decoding, one position at a time with static shapes (for
+`group_size` hypotheses per sentence, ids_at_step has batch * group_size rows):
 
-    cache = model.initial_cache(memory, max_length)
+    cache = model.initial_cache(memory, max_length, group_size=1)
     logits, cache = model.decode(ids_at_step, None, source_mask, cache=cache,
                                  step=step)
 
@@ -108,16 +109,19 @@ class Transformer(keras.Model):
       return outputs[0], source_mask, outputs[1]
     return outputs, source_mask
 
-  def initial_cache(self, memory, max_length):
-    """Decoder cache for `max_length` target positions over this memory."""
-    return self.decoder.initial_cache(memory, max_length)
+  def initial_cache(self, memory, max_length, group_size=1):
+    """Decoder cache for `max_length` target positions of `group_size`
+    hypotheses per sentence of this memory (`Decoder.initial_cache`)."""
+    return self.decoder.initial_cache(memory, max_length, group_size)
 
   def decode(self, target_input_ids, memory, source_mask, cache=None,
              step=None, training=None, return_attention_scores=False):
     """Logits [batch, target_length, vocab_size] for the decoder input.
 
-    With `cache` and `step`, `target_input_ids` is [batch, 1] (the token at
-    position `step`) and the result is (logits, new_cache).
+    With `cache` and `step`, `target_input_ids` is [batch * group_size, 1]
+    (the token at position `step`), `source_mask` stays [batch,
+    source_length] and the result is (logits, new_cache); the step consumes
+    `cache`.
     """
     x = self._embed(self.target_embedding, self.target_positions,
                     self.target_dropout, target_input_ids,

@@ -102,7 +102,8 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
                    beam_size=4, batch_size=32, runs=3):
   """Seconds per output token around each output length n: (T(n) -
   T(n / 2)) / (n / 2), with T the time to translate one batch whose outputs
-  all have that length. Flat when the decoder cache keeps each step's cost constant.
+  all have that length. With the cache a step's cost grows only by
+  attention's read of the positions decoded so far (`decoding_cache`).
   Measured on the export's graph code in-process (one module per length;
   exporting each would only add saving time)."""
   words = 1  # sources of 1 word + EOS = 2 tokens: outputs from 3 tokens

@@ -51,12 +51,18 @@ def tile_beams(x, beam_size):
 
 
 def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
-                max_length, beam_size=4, alpha=0.6, static_cache_keys=()):
+                max_length, beam_size=4, alpha=0.6, static_cache_keys=(),
+                reorder_cache=None):
   """Returns (ids [batch, beam, max_length], scores [batch, beam]), best
-  first. `initial_cache` is flat over batch*beam rows; entries named in
-  `static_cache_keys` (e.g. the encoder's keys and values, identical across
-  a sentence's beams) are not reordered. `limits` [batch]: the most tokens
-  each output may have (EOS included), at most `max_length`."""
+  first. `limits` [batch]: the most tokens each output may have (EOS
+  included), at most `max_length`.
+
+  After each step the cache follows its hypotheses:
+  `reorder_cache(cache, parents)`, parents [batch, beam] the slot each new
+  hypothesis comes from (the decoder's own, `Decoder.reorder_cache`, moves no
+  key or value). Without it every entry of a cache flat over batch*beam rows
+  is gathered, except those named in `static_cache_keys` (entries identical
+  across a sentence's beams)."""
   k = beam_size
   limits = tf.minimum(tf.cast(limits, tf.int32), max_length)
   positions = tf.range(max_length)[tf.newaxis, tf.newaxis, :]
@@ -70,13 +76,15 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
   finished_flags = tf.zeros([batch_size, k], tf.bool)
   last_tokens = tf.fill([batch_size * k, 1], BOS_ID)
 
-  def reorder_cache(cache, beam_indices):
+  def gather_cache(cache, beam_indices):
     def reorder(path, value):
       if any(key in path for key in static_cache_keys):
         return value
       return _flatten(tf.gather(_unflatten(value, batch_size, k),
                                 beam_indices, batch_dims=1))
     return _map_with_path(reorder, cache)
+
+  reorder_cache = reorder_cache or gather_cache
 
   def step_fn(step, alive_seq, alive_log_probs, finished_seq, finished_scores,
               finished_flags, last_tokens, cache):
@@ -135,7 +143,10 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
 
   state = (tf.constant(0), alive_seq, alive_log_probs, finished_seq,
            finished_scores, finished_flags, last_tokens, initial_cache)
-  shapes = tf.nest.map_structure(_loop_shape, state)
+  # The batch may be unknown inside the loop; every other size is fixed.
+  shapes = tf.nest.map_structure(
+      lambda x: tf.TensorShape([None]).concatenate(x.shape[1:])
+      if x.shape.rank else x.shape, state)
   (_, alive_seq, alive_log_probs, finished_seq, finished_scores,
    finished_flags, _, _) = tf.while_loop(
        continue_search, step_fn, state, shape_invariants=shapes,
@@ -148,12 +159,6 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
   scores = tf.where(any_finished[:, tf.newaxis], finished_scores,
                     alive_log_probs / length_penalty(limits, alpha)[:, None])
   return ids, scores
-
-
-def _loop_shape(x):
-  if isinstance(x, tf.Tensor):
-    return tf.TensorShape([None] * x.shape.rank) if x.shape.rank else x.shape
-  return tf.TensorShape(None)
 
 
 def _map_with_path(fn, structure, path=()):

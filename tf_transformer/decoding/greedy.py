@@ -59,7 +59,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50):
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
   max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
   cache = model.initial_cache(memory, max_length)
-  outputs = tf.TensorArray(tf.int32, size=max_length)
+  outputs = tf.TensorArray(tf.int32, size=max_length,
+                           element_shape=source_ids.shape[:1])
   token = tf.fill([batch, 1], BOS_ID)
   finished = tf.zeros([batch], tf.bool)
   scores = tf.zeros([batch], tf.float32)

@@ -105,13 +105,12 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
   if max_length is None:
     max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
-  memory = tile_beams(memory, beam_size)
-  source_mask = tile_beams(source_mask, beam_size)
-  cache = model.initial_cache(memory, max_length)
+  # The beams share their sentence's memory; only `ancestors` is reordered.
+  cache = model.initial_cache(memory, max_length, group_size=beam_size)
 
   def symbols_to_logits(ids, step, cache):
     return model.decode(ids, None, source_mask, cache=cache, step=step)
 
   return beam_search(symbols_to_logits, cache, batch_size, limits, max_length,
                      beam_size, alpha,
-                     static_cache_keys=("memory_key", "memory_value"))
+                     reorder_cache=model.decoder.reorder_cache)

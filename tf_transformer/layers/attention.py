@@ -88,8 +88,9 @@ class MultiHeadAttention(keras.layers.Layer):
   [batch, q_len, d_model] to `value` [batch, k_len, d_model] (self-attention
   when `value` is None). Masks are never named `mask`, so Keras' implicit
   mask propagation stays out of the way. `key_value` replaces the projection of `value` with
-  precomputed (key, value) heads from `project_key_value`, as the decoder does
-  with its cache. `attention_mask` is bool, broadcastable to [batch, heads, q_len, k_len],
+  precomputed (key, value) heads from `project_key_value` (heads computed once
+  and attended to many times; the decoder's incremental steps use the
+  projections directly with `decoding_cache`). `attention_mask` is bool, broadcastable to [batch, heads, q_len, k_len],
   True = may attend.
   """
 

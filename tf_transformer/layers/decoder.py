@@ -8,32 +8,21 @@ residual connection with layer normalization.
 Masking: decoder self-attention is causal plus padding (position i attends to
 real positions <= i); encoder-decoder attention sees every real source token.
 
-Incremental decoding: `Decoder.initial_cache(memory, max_length)` preallocates
-per-layer self-attention keys and values for `max_length` positions and
-projects the memory's keys and values once. Each step writes one position of
-the cache (`tf.where` on a position mask, so every step has the same static
-shapes and compiles once under XLA) and attends over positions <= step.
+Incremental decoding: `Decoder.initial_cache(memory, max_length, group_size)`
+preallocates per-layer self-attention keys and values for `max_length`
+positions of `group_size` hypotheses per sentence and projects the memory's
+keys and values once. Each step writes one position in place and attends over
+positions <= step; every step has the same shapes, so it compiles once under
+XLA. The layout and why no step copies the cache: `decoding_cache`.
 """
 
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import masks
 from tf_transformer.layers.encoder import _TransformerBlock
 from tf_transformer.layers.encoder import _TransformerStack
-
-
-def write_cache(cache, new, step):
-  """Writes `new` [batch, heads, 1, depth] at position `step` of `cache`
-  [batch, heads, max_length, depth]."""
-  shape = tf.shape(cache)
-  batch, heads = shape[0], shape[1]
-  # (b, h, step) for every row and head: the op updates the loop's buffer in
-  # place, where tf.where would rewrite all max_length positions each step.
-  rows = tf.stack(tf.meshgrid(tf.range(batch), tf.range(heads),
-                              indexing="ij"), axis=-1)
-  indices = tf.concat([rows, tf.fill([batch, heads, 1], step)], axis=-1)
-  return tf.tensor_scatter_nd_update(cache, indices, new[:, :, 0])
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -46,7 +35,8 @@ class DecoderLayer(_TransformerBlock):
   [batch, heads, query_length, key_length]. With a `cache` (from
   `initial_cache`) x holds the one position `step` and the call returns
   (output, updated_cache); `memory` is then unused (its keys and values are
-  in the cache). `return_attention_scores=True` appends a dict with the
+  in the cache) and the cache also holds the decoder's ancestor
+  `selection` for this step. `return_attention_scores=True` appends a dict with the
   "self" and "cross" attention weights.
   """
 
@@ -65,13 +55,14 @@ class DecoderLayer(_TransformerBlock):
       residual.build(input_shape)
     self.feed_forward.build(input_shape)
 
-  def initial_cache(self, memory, max_length):
-    """Zero self-attention keys/values for `max_length` positions, and the
-    memory's keys/values, computed once per source."""
+  def initial_cache(self, memory, max_length, group_size=1):
+    """Zero self-attention keys/values for `max_length` positions of
+    `group_size` hypotheses per sentence, and the memory's keys/values,
+    computed once per sentence (`memory` [batch, source_length, d_model])."""
     batch = tf.shape(memory)[0]
     heads = self.self_attention.num_heads
-    zeros = lambda depth: tf.zeros([batch, heads, max_length, depth],
-                                   self.compute_dtype)
+    zeros = lambda depth: decoding_cache.buffer(
+        batch, heads, max_length, group_size, depth, self.compute_dtype)
     memory_key, memory_value = self.cross_attention.project_key_value(memory)
     return {"key": zeros(self.self_attention.d_k),
             "value": zeros(self.self_attention.d_v),
@@ -80,32 +71,59 @@ class DecoderLayer(_TransformerBlock):
   def call(self, x, memory=None, self_attention_mask=None, cross_attention_mask=None,
            cache=None, step=None, training=None,
            return_attention_scores=False):
-    h = self.self_attention_residual.normalize_input(x)
-    self_key_value = memory_key_value = None
     if cache is not None:
-      new_key, new_value = self.self_attention.project_key_value(h)
-      cache = dict(cache, key=write_cache(cache["key"], new_key, step),
-                   value=write_cache(cache["value"], new_value, step))
-      self_key_value = (cache["key"], cache["value"])
-      memory_key_value = (cache["memory_key"], cache["memory_value"])
+      return self._step(x, cross_attention_mask, cache, step,
+                        return_attention_scores)
+    h = self.self_attention_residual.normalize_input(x)
     y, self_weights = self.self_attention(
-        h, attention_mask=self_attention_mask, key_value=self_key_value,
-        training=training, return_attention_scores=True)
+        h, attention_mask=self_attention_mask, training=training,
+        return_attention_scores=True)
     x = self.self_attention_residual(x, y, training=training)
 
     h = self.cross_attention_residual.normalize_input(x)
     y, cross_weights = self.cross_attention(
-        h, memory, attention_mask=cross_attention_mask, key_value=memory_key_value,
-        training=training, return_attention_scores=True)
+        h, memory, attention_mask=cross_attention_mask, training=training,
+        return_attention_scores=True)
     x = self.cross_attention_residual(x, y, training=training)
 
-    h = self.feed_forward_residual.normalize_input(x)
-    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
-
-    outputs = (x,) if cache is None else (x, cache)
+    x = self._feed_forward(x, training)
     if return_attention_scores:
-      outputs += ({"self": self_weights, "cross": cross_weights},)
-    return outputs[0] if len(outputs) == 1 else outputs
+      return x, {"self": self_weights, "cross": cross_weights}
+    return x
+
+  def _feed_forward(self, x, training=None):
+    h = self.feed_forward_residual.normalize_input(x)
+    return self.feed_forward_residual(x, self.feed_forward(h),
+                                      training=training)
+
+  def _step(self, x, cross_attention_mask, cache, step,
+            return_attention_scores):
+    """One position, x [batch * group, 1, d_model], over the cache (which
+    also carries the step's ancestor `selection`); returns (x, cache[,
+    weights])."""
+    group_size = cache["key"].shape[3] // decoding_cache.BLOCK_LENGTH
+    attention = self.self_attention
+    h = self.self_attention_residual.normalize_input(x)
+    key = decoding_cache.write(cache["key"], attention.key_dense(h), step)
+    value = decoding_cache.write(cache["value"], attention.value_dense(h),
+                                 step)
+    heads, self_weights = decoding_cache.self_attention(
+        attention.query_dense(h), key, value, cache["selection"], step)
+    x = self.self_attention_residual(x, attention.output_dense(heads))
+
+    attention = self.cross_attention
+    h = self.cross_attention_residual.normalize_input(x)
+    heads, cross_weights = decoding_cache.memory_attention(
+        attention.query_dense(h), cache["memory_key"], cache["memory_value"],
+        cross_attention_mask, group_size)
+    x = self.cross_attention_residual(x, attention.output_dense(heads))
+
+    x = self._feed_forward(x)
+    cache = {"key": key, "value": value, "memory_key": cache["memory_key"],
+             "memory_value": cache["memory_value"]}
+    if return_attention_scores:
+      return x, cache, {"self": self_weights, "cross": cross_weights}
+    return x, cache
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -116,7 +134,10 @@ class Decoder(_TransformerStack):
   x is the embedded target input [batch, target_length, d_model], memory the
   encoder output; padding masks are [batch, length], True at real tokens.
   For incremental decoding pass `cache` (from `initial_cache`) and `step`:
-  x is then [batch, 1, d_model] and the call returns (output, cache).
+  x is then [batch * group_size, 1, d_model], `memory_padding_mask` is
+  [batch, source_length] (once per sentence) and the call returns (output,
+  cache). The step consumes the cache it is given (its buffers are written in
+  place): use the returned one.
   `return_attention_scores=True` appends the list of per-layer weight dicts.
   """
 
@@ -129,28 +150,49 @@ class Decoder(_TransformerStack):
     if self.final_norm is not None:
       self.final_norm.build(x_shape)
 
-  def initial_cache(self, memory, max_length):
-    """The cache for decoding up to `max_length` target positions."""
-    return {f"layer_{i}": layer.initial_cache(memory, max_length)
-            for i, layer in enumerate(self.decoder_layers)}
+  def initial_cache(self, memory, max_length, group_size=1):
+    """The cache for decoding up to `max_length` target positions of
+    `group_size` hypotheses for each sentence of `memory` [batch,
+    source_length, d_model] (rows sentence-major: row r is hypothesis
+    r % group_size of sentence r // group_size)."""
+    cache = {f"layer_{i}": layer.initial_cache(memory, max_length, group_size)
+             for i, layer in enumerate(self.decoder_layers)}
+    cache["ancestors"] = decoding_cache.initial_ancestors(
+        tf.shape(memory)[0] * group_size, max_length)
+    return cache
+
+  @staticmethod
+  def reorder_cache(cache, parents):
+    """For beam search: row (b, j) continues the hypothesis that was in slot
+    `parents[b, j]` ([batch, group] int). Moves no key or value."""
+    return dict(cache, ancestors=decoding_cache.reorder(cache["ancestors"],
+                                                        parents))
 
   def call(self, x, memory=None, target_padding_mask=None,
            memory_padding_mask=None, cache=None, step=None, training=None,
            return_attention_scores=False):
     if cache is not None:
-      max_length = tf.shape(cache["layer_0"]["key"])[2]
-      self_mask = masks.step_mask(step, max_length)
+      self_mask = None  # the cache masks positions after `step` itself
+      group_size = (cache["layer_0"]["key"].shape[3]
+                    // decoding_cache.BLOCK_LENGTH)
+      ancestors = decoding_cache.mark_step(cache["ancestors"], step,
+                                           group_size)
+      selection = decoding_cache.selection(ancestors, group_size,
+                                           self.compute_dtype)
+      new_cache = {"ancestors": ancestors}
     elif target_padding_mask is not None:
       self_mask = masks.causal_padding_mask(target_padding_mask)
     else:
       self_mask = masks.causal_mask(tf.shape(x)[1])
     cross_attention_mask = (None if memory_padding_mask is None
                    else masks.key_padding_mask(memory_padding_mask))
-    new_cache, all_weights = {}, []
+    all_weights = []
     for i, layer in enumerate(self.decoder_layers):
       name = f"layer_{i}"
+      layer_cache = None if cache is None else dict(cache[name],
+                                                    selection=selection)
       outputs = layer(x, memory, self_mask, cross_attention_mask,
-                      cache=None if cache is None else cache[name], step=step,
+                      cache=layer_cache, step=step,
                       training=training, return_attention_scores=True)
       if cache is None:
         x, weights = outputs

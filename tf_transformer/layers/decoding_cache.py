@@ -1,0 +1,239 @@
+"""The incremental-decoding cache, laid out so that a step reads only the
+positions decoded so far and copies nothing.
+
+Decoding runs `batch * group_size` rows: `group_size` hypotheses of each
+sentence (the beams of a beam search; 1 for greedy decoding and sampling), row
+r holding slot r % group_size of sentence r // group_size. Per decoder layer:
+
+  key, value     [num_blocks, batch, heads, BLOCK_LENGTH * group_size, depth]:
+                 position t of slot j, what the hypothesis in slot j at step t
+                 computed, is row (t % BLOCK_LENGTH) * group_size + j of
+                 block t // BLOCK_LENGTH;
+  memory_key,    [batch, heads, source_length, depth]: the encoder output's
+  memory_value   keys and values (section 3.2.3), once per sentence, shared
+                 by its hypotheses;
+
+and for the whole decoder
+
+  ancestors      [batch * group_size, num_blocks * BLOCK_LENGTH] int32: for
+                 each row, the slot each of its earlier positions was
+                 computed in.
+
+Three choices keep a step's cost from growing with copies:
+- Indirection: a beam search that moves hypotheses between slots gathers
+  `ancestors` only (a few integers per row, `reorder`), never keys and
+  values; attention takes each position's key and value from the slot of the
+  row's ancestor there (as FasterTransformer's "cache indirection" does).
+- In-place writes: each step writes its position with `InplaceUpdate` into a
+  buffer from `Empty` (stateful, so Grappler never folds it into a constant
+  shared between calls). `tf.tensor_scatter_nd_update` copied the whole
+  buffer every step inside the decoding loop. The write is safe because the
+  only readers of a layer's buffer at step t are that step's attention ops,
+  and step t + 1's write depends on them through step t's logits. A step
+  consumes the cache it is given: do not keep the old one.
+- Blocks along time: the filled blocks are a leading-axis slice, which
+  TensorFlow takes without a copy, so step t reads about t positions, not
+  the preallocated maximum; one batched matmul per block keeps the matmuls
+  large enough to be efficient.
+
+XLA has neither `InplaceUpdate` nor dynamic shapes: inside an XLA cluster the
+write is a scatter (XLA updates it in place) and attention reads every block
+under a mask, so the step keeps static shapes and compiles once.
+"""
+
+import math
+
+import tensorflow as tf
+
+from tf_transformer.layers import masks
+
+BLOCK_LENGTH = 16  # positions per block: 8 and 32 measured no faster
+
+try:  # TensorFlow's own test for "inside an XLA cluster" (not public API).
+  from tensorflow.python.ops.control_flow_util import (  # pylint: disable=g-direct-tensorflow-import
+      GraphOrParentsInXlaContext as _graph_in_xla)
+except ImportError:  # pragma: no cover - then always the XLA-safe ops
+  _graph_in_xla = None
+
+
+def _in_xla():
+  if _graph_in_xla is None:
+    return True  # scatter writes and full reads are correct everywhere
+  if tf.executing_eagerly():
+    return False
+  return _graph_in_xla(tf.compat.v1.get_default_graph())
+
+
+def _zeros(shape, dtype):
+  """Zeros that are never folded into a constant shared between calls."""
+  if _in_xla():
+    return tf.zeros(shape, dtype)
+  return tf.raw_ops.Empty(shape=tf.stack(shape), dtype=dtype, init=True)
+
+
+def _num_blocks(max_length):
+  return (max_length + BLOCK_LENGTH - 1) // BLOCK_LENGTH
+
+
+def buffer(batch, heads, max_length, group_size, depth, dtype):
+  """Zero keys or values for `max_length` positions (rounded up to whole
+  blocks) of `group_size` slots per sentence."""
+  return _zeros([_num_blocks(max_length), batch, heads,
+                 BLOCK_LENGTH * group_size, depth], dtype)
+
+
+def initial_ancestors(rows, max_length):
+  return _zeros([rows, _num_blocks(max_length) * BLOCK_LENGTH], tf.int32)
+
+
+def mark_step(ancestors, step, group_size):
+  """Records that each row computes position `step` in its own slot."""
+  slots = tf.range(tf.shape(ancestors)[0]) % group_size
+  here = tf.range(tf.shape(ancestors)[1]) == step
+  return tf.where(here[tf.newaxis, :], slots[:, tf.newaxis], ancestors)
+
+
+def reorder(ancestors, parents):
+  """After a beam search step: row (b, j) continues the hypothesis that was
+  in slot `parents[b, j]` ([batch, group] int)."""
+  batch, group = tf.shape(parents)[0], tf.shape(parents)[1]
+  rows = tf.reshape(parents + group * tf.range(batch)[:, tf.newaxis], [-1])
+  return tf.gather(ancestors, rows)
+
+
+def selection(ancestors, group_size, dtype):
+  """One-hot of each position's slot, [num_blocks, batch, 1, group (query),
+  BLOCK_LENGTH, group (key)], shared by every layer of a step; None when
+  group_size is 1 (each row's own slot is the only one)."""
+  if group_size == 1:
+    return None
+  length = tf.shape(ancestors)[1]
+  blocks = tf.reshape(ancestors, [-1, group_size, length // BLOCK_LENGTH,
+                                  BLOCK_LENGTH])
+  blocks = tf.transpose(blocks, [2, 0, 1, 3])
+  return tf.one_hot(blocks, group_size, dtype=dtype)[:, :, tf.newaxis]
+
+
+def _dims(x):
+  """x's sizes: static where known, else dynamic."""
+  dynamic = tf.shape(x)
+  return [dynamic[i] if size is None else size
+          for i, size in enumerate(x.shape.as_list())]
+
+
+def _swap_axes_1_2(x):
+  """Transpose of axes 1 and 2 of a rank-4 tensor; a reshape when one of
+  them has size 1 (as the group has in greedy decoding)."""
+  shape = _dims(x)
+  if x.shape[1] == 1 or x.shape[2] == 1:
+    return tf.reshape(x, [shape[0], shape[2], shape[1], shape[3]])
+  return tf.transpose(x, [0, 2, 1, 3])
+
+
+def _split(x, group_size, heads):
+  """Dense output [batch * group, 1, heads * depth] -> [batch, heads, group,
+  depth]."""
+  shape = _dims(x)
+  x = tf.reshape(x, [shape[0] // group_size, group_size, heads,
+                     x.shape[-1] // heads])
+  return _swap_axes_1_2(x)
+
+
+def _merge(x):
+  """[batch, heads, group, depth] -> [batch * group, 1, heads * depth], the
+  input of W^O."""
+  x = _swap_axes_1_2(x)
+  shape = _dims(x)
+  return tf.reshape(x, [shape[0] * shape[1], 1, shape[2] * shape[3]])
+
+
+def _weights(w):
+  """[batch, heads, group, n] -> [batch * group, heads, 1, n]."""
+  w = _swap_axes_1_2(w)
+  shape = _dims(w)
+  return tf.reshape(w, [shape[0] * shape[1], shape[2], 1, shape[3]])
+
+
+def write(cache_buffer, new, step):
+  """Writes `new`, the projection [batch * group, 1, heads * depth] of
+  position `step`, into `cache_buffer` (from `buffer`); returns the buffer."""
+  num_blocks, batch, heads, rows, depth = _dims(cache_buffer)
+  group = rows // BLOCK_LENGTH
+  values = tf.reshape(_split(new, group, heads),
+                      [batch, heads, group * depth])
+  block, offset = step // BLOCK_LENGTH, step % BLOCK_LENGTH
+  view = [num_blocks, batch, heads, BLOCK_LENGTH, group * depth]
+  if _in_xla():
+    where = tf.stack(tf.meshgrid(tf.range(batch), tf.range(heads),
+                                 indexing="ij"), axis=-1)
+    where = tf.concat([tf.fill([batch, heads, 1], block), where,
+                       tf.fill([batch, heads, 1], offset)], axis=-1)
+    updated = tf.tensor_scatter_nd_update(tf.reshape(cache_buffer, view),
+                                          where, values)
+    return tf.reshape(updated, tf.shape(cache_buffer))
+  # Rows of the [num_blocks * batch * heads * BLOCK_LENGTH, group * depth]
+  # view that hold position `step`.
+  first = block * batch * heads * BLOCK_LENGTH + offset
+  rows_at_step = first + tf.range(batch * heads) * BLOCK_LENGTH
+  flat = tf.reshape(cache_buffer, [-1, group * depth])
+  flat = tf.raw_ops.InplaceUpdate(
+      x=flat, i=rows_at_step, v=tf.reshape(values, [batch * heads, -1]))
+  return tf.reshape(flat, tf.shape(cache_buffer))
+
+
+def _scaled_query(query, group_size, heads, d_k):
+  q = _split(query, group_size, heads)
+  return q * tf.cast(1.0 / math.sqrt(d_k), q.dtype)
+
+
+def self_attention(query, key, value, select, step):
+  """Eq. 1 for one decoder position over the cached positions 0..step, each
+  taken from the slot of the row's ancestor there.
+
+  query: Q W^Q [batch * group, 1, heads * d_k]; key, value: from `buffer`;
+  select: `selection(...)` of this step. Returns (heads concatenated [batch *
+  group, 1, heads * d_v], weights [batch * group, heads, 1, n]) over the
+  first n = whole blocks up to `step` positions (every block under XLA).
+  """
+  num_blocks, batch, heads, rows, d_k = _dims(key)
+  group = rows // BLOCK_LENGTH
+  if not _in_xla():  # the filled blocks: a slice without a copy
+    num_blocks = step // BLOCK_LENGTH + 1
+    key, value = key[:num_blocks], value[:num_blocks]
+    select = None if select is None else select[:num_blocks]
+  length = num_blocks * BLOCK_LENGTH
+  q = _scaled_query(query, group, heads, d_k)[tf.newaxis]
+  # Every query of a sentence against every slot's keys, block by block...
+  scores = tf.matmul(q, key, transpose_b=True)  # [blocks, b, h, group, rows]
+  scores = tf.reshape(scores, [num_blocks, batch, heads, group, BLOCK_LENGTH,
+                               group])
+  # ...keeping each position's ancestor slot.
+  if select is None:
+    scores = scores[..., 0]
+  else:
+    scores = tf.reduce_sum(scores * select, axis=-1)
+  scores = tf.transpose(scores, [1, 2, 3, 0, 4])
+  scores = tf.reshape(scores, [batch, heads, group, length])
+  weights = masks.masked_softmax(scores, masks.step_mask(step, length))
+  spread = tf.transpose(tf.reshape(
+      weights, [batch, heads, group, num_blocks, BLOCK_LENGTH]),
+                        [3, 0, 1, 2, 4])[..., tf.newaxis]
+  if select is not None:
+    spread *= select
+  spread = tf.reshape(spread, [num_blocks, batch, heads, group, rows])
+  output = tf.reduce_sum(tf.matmul(spread, value), axis=0)
+  return _merge(output), _weights(weights)
+
+
+def memory_attention(query, key, value, mask, group_size):
+  """Eq. 1 from one decoder position to the encoder output.
+
+  query: Q W^Q [batch * group, 1, heads * d_k]; key, value: [batch, heads,
+  source_length, d_k or d_v], once per sentence; mask: bool [batch, 1, 1,
+  source_length] or None. Returns (heads concatenated [batch * group, 1,
+  heads * d_v], weights [batch * group, heads, 1, source_length]).
+  """
+  q = _scaled_query(query, group_size, key.shape[1], key.shape[3])
+  scores = tf.matmul(q, key, transpose_b=True)  # [batch, heads, group, S]
+  weights = masks.masked_softmax(scores, mask)
+  return _merge(tf.matmul(weights, value)), _weights(weights)
