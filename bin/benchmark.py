@@ -70,7 +70,10 @@ flags.register_validator("token_steps",
 def _variants():
   from tf_transformer.benchmark.training_speed import Variant  # pylint: disable=g-import-not-at-top
   known = {"xla_attention": Variant("xla_attention"),
-           "no_xla": Variant("no_xla", xla_attention=False),
+           "no_xla": Variant("no_xla", xla_attention=False, xla_loss=False),
+           "no_xla_loss": Variant("no_xla_loss", xla_loss=False),
+           "no_xla_attention": Variant("no_xla_attention",
+                                       xla_attention=False),
            "whole_step_xla": Variant("whole_step_xla", jit_compile_step=True),
            "bfloat16": Variant("bfloat16", mixed_precision="bfloat16"),
            "bfloat16_whole_step_xla": Variant(

@@ -43,6 +43,8 @@ flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
                      "(MirroredStrategy without GPUs).")
 flags.DEFINE_string("tpu", None, "TPU name or address for --distribution=tpu.")
 flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
+flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
+                  "gradient under XLA (a few fused passes over the logits).")
 flags.DEFINE_bool("jit_compile_step", False, "Compile each replica's whole "
                   "training step with XLA (one device, or GPUs).")
 flags.DEFINE_enum("mixed_precision", "", ["", "bfloat16", "float16"],
@@ -166,7 +168,7 @@ def main(argv):
         eval_every_steps=FLAGS.eval_every_steps,
         eval_max_sentences=FLAGS.eval_max_sentences,
         log_every_steps=FLAGS.log_every_steps, seed=FLAGS.seed,
-        jit_compile_step=FLAGS.jit_compile_step,
+        jit_compile_step=FLAGS.jit_compile_step, xla_loss=FLAGS.xla_loss,
         mixed_precision=FLAGS.mixed_precision or None,
         log_gradient_norm=FLAGS.log_gradient_norm)
     logging.info("%s on %d replica(s), whole-step XLA %s: %s",

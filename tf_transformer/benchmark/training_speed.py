@@ -23,6 +23,7 @@ class Variant:
   """One way to run the step."""
   name: str
   xla_attention: bool = True
+  xla_loss: bool = True
   jit_compile_step: bool = False
   mixed_precision: str = None
   devices: int = 1  # > 1: MirroredStrategy over that many CPU devices
@@ -58,7 +59,7 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
       model_dir=tempfile.mkdtemp(prefix="tf_transformer_bench_"),
       train_steps=10**9, batch_tokens=batch_tokens, max_length=length,
       eval_every_steps=0, checkpoint_every_secs=0,
-      jit_compile_step=variant.jit_compile_step,
+      jit_compile_step=variant.jit_compile_step, xla_loss=variant.xla_loss,
       mixed_precision=variant.mixed_precision, log_gradient_norm=False)
   trainer = trainer_lib.Trainer(config, None, DataSpec(), options,
                                 _strategy(variant.devices))

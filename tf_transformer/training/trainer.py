@@ -60,6 +60,7 @@ class TrainOptions:
   log_every_steps: int = 100
   seed: int = 0
   jit_compile_step: bool = False
+  xla_loss: bool = True  # the loss and its gradient under XLA (training.loss)
   mixed_precision: Optional[str] = None
   log_gradient_norm: bool = True
   cache_data: bool = True
@@ -135,7 +136,8 @@ class Trainer:
     (source, target_in), target_out = batch
     logits = self.model((source, target_in), training=training)
     losses, nll, weights = token_losses(target_out, logits,
-                                        self.config.label_smoothing)
+                                        self.config.label_smoothing,
+                                        jit_compile=self.options.xla_loss)
     source_tokens = tf.reduce_sum(tf.cast(source != PAD_ID, tf.float32))
     return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weights),
             source_tokens)
