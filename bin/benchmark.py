@@ -10,7 +10,8 @@ and writes the figures, the machine, the versions and the flags as JSON.
 
 Sections (--sections):
 - train: seconds per step and source+target tokens/s at --batch_tokens and
-  --source_length, for attention XLA on and off, the whole step under XLA,
+  --source_length, for the default (attention and loss under XLA), the loss
+  without XLA, no XLA at all (also no_xla_attention), the whole step under XLA,
   bfloat16 mixed precision (also with the whole step under XLA), one device
   and MirroredStrategy over --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
   here (model FLOPs: bin/model_summary.py's count, times 3).
@@ -42,8 +43,8 @@ flags.DEFINE_integer("source_length", 32, "Sentence length of the training "
                      "batches (both sides).")
 flags.DEFINE_list("scaling_lengths", ["16", "64", "256"], "Source lengths "
                   "of the scaling section.")
-flags.DEFINE_list("train_variants", ["xla_attention", "no_xla",
-                                     "whole_step_xla", "bfloat16",
+flags.DEFINE_list("train_variants", ["xla_attention", "no_xla_loss",
+                                     "no_xla", "whole_step_xla", "bfloat16",
                                      "bfloat16_whole_step_xla", "mirrored"],
                   "Training variants to run.")
 flags.DEFINE_integer("cpu_devices", 2, "Logical CPU devices for the "
