@@ -23,7 +23,8 @@ def model():
 
 def _step_function(model, source_mask, mode):
   def step(ids, position, cache):
-    return model.decode(ids, None, source_mask, cache=cache, step=position)
+    return model.decode(ids, None, source_mask, cache=cache, step=position,
+                        return_attention_scores=True)
   if mode == "eager":
     return step
   return tf.function(step, jit_compile=(mode == "xla"))
@@ -34,8 +35,9 @@ def _step_function(model, source_mask, mode):
     ("eager", 3)])  # eager group 1: tests/test_model.py
 def test_cached_steps_equal_teacher_forcing_as_beams_move(model, mode,
                                                           group_size):
-  """Every step, each row's logits equal a full decode of its own history,
-  while rows take over other slots' hypotheses as in a beam search."""
+  """Every step, each row's logits and self-attention weights equal a full
+  decode of its own history, while rows take over other slots' hypotheses
+  as in a beam search."""
   rng = np.random.default_rng(0)
   batch = SOURCE.shape[0]
   memory, source_mask = model.encode(SOURCE)
@@ -47,11 +49,18 @@ def test_cached_steps_equal_teacher_forcing_as_beams_move(model, mode,
   moved = 0
   for position in range(STEPS):
     ids = tf.constant([[h[-1]] for h in histories], tf.int32)
-    logits, cache = step(ids, tf.constant(position), cache)
-    full = model.decode(tf.constant(histories, tf.int32), row_memory,
-                        row_mask)
+    logits, cache, weights = step(ids, tf.constant(position), cache)
+    full, full_weights = model.decode(tf.constant(histories, tf.int32),
+                                      row_memory, row_mask,
+                                      return_attention_scores=True)
     np.testing.assert_allclose(logits[:, 0], full[:, -1], atol=1e-5,
                                err_msg=f"step {position}")
+    for layer, full_layer in zip(weights, full_weights):
+      cached = layer["self"].numpy()[:, :, 0]  # [rows, heads, whole blocks]
+      np.testing.assert_allclose(cached[..., :position + 1],
+                                 full_layer["self"][:, :, -1], atol=1e-6,
+                                 err_msg=f"step {position}")
+      assert not cached[..., position + 1:].any()
     parents = rng.integers(0, group_size, [batch, group_size])
     moved += int((parents != np.arange(group_size)).sum())
     cache = model.decoder.reorder_cache(cache, tf.constant(parents,

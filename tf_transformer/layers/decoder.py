@@ -177,8 +177,7 @@ class Decoder(_TransformerStack):
                     // decoding_cache.BLOCK_LENGTH)
       ancestors = decoding_cache.mark_step(cache["ancestors"], step,
                                            group_size)
-      selection = decoding_cache.selection(ancestors, group_size,
-                                           self.compute_dtype)
+      selection = decoding_cache.selection(ancestors, step, group_size)
       new_cache = {"ancestors": ancestors}
     elif target_padding_mask is not None:
       self_mask = masks.causal_padding_mask(target_padding_mask)

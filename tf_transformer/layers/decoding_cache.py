@@ -101,17 +101,26 @@ def reorder(ancestors, parents):
   return tf.gather(ancestors, rows)
 
 
-def selection(ancestors, group_size, dtype):
-  """One-hot of each position's slot, [num_blocks, batch, 1, group (query),
-  BLOCK_LENGTH, group (key)], shared by every layer of a step; None when
-  group_size is 1 (each row's own slot is the only one)."""
-  if group_size == 1:
-    return None
-  length = tf.shape(ancestors)[1]
-  blocks = tf.reshape(ancestors, [-1, group_size, length // BLOCK_LENGTH,
-                                  BLOCK_LENGTH])
-  blocks = tf.transpose(blocks, [2, 0, 1, 3])
-  return tf.one_hot(blocks, group_size, dtype=dtype)[:, :, tf.newaxis]
+def selection(ancestors, step, group_size):
+  """Which cached key rows each query row attends to at `step`: bool
+  [num_blocks, batch, 1, group (query), BLOCK_LENGTH * group (key rows)],
+  True where the row holds the query's ancestor at that position (its slot)
+  and the position is at most `step`. Computed once per step and shared by
+  every layer; outside XLA only the blocks filled so far."""
+  rows, length = _dims(ancestors)
+  if _in_xla():
+    num_blocks = length // BLOCK_LENGTH
+  else:
+    num_blocks = step // BLOCK_LENGTH + 1
+    ancestors = ancestors[:, :num_blocks * BLOCK_LENGTH]
+  batch = rows // group_size
+  filled = tf.range(num_blocks * BLOCK_LENGTH) <= step
+  slots = tf.where(filled, ancestors, -1)  # -1: one_hot of no slot
+  slots = tf.transpose(tf.reshape(slots, [batch, group_size, num_blocks,
+                                          BLOCK_LENGTH]), [2, 0, 1, 3])
+  return tf.reshape(tf.one_hot(slots, group_size, True, False),
+                    [num_blocks, batch, 1, group_size,
+                     BLOCK_LENGTH * group_size])
 
 
 def _dims(x):
@@ -194,34 +203,29 @@ def self_attention(query, key, value, select, step):
   select: `selection(...)` of this step. Returns (heads concatenated [batch *
   group, 1, heads * d_v], weights [batch * group, heads, 1, n]) over the
   first n = whole blocks up to `step` positions (every block under XLA).
+
+  Every query of a sentence meets every slot's keys, one batched matmul per
+  block; the rows that are not the query's ancestor (or lie after `step`)
+  get no weight in the softmax, so its weights are the values' coefficients
+  as they stand, with nothing selected or spread.
   """
   num_blocks, batch, heads, rows, d_k = _dims(key)
   group = rows // BLOCK_LENGTH
   if not _in_xla():  # the filled blocks: a slice without a copy
     num_blocks = step // BLOCK_LENGTH + 1
     key, value = key[:num_blocks], value[:num_blocks]
-    select = None if select is None else select[:num_blocks]
-  length = num_blocks * BLOCK_LENGTH
   q = _scaled_query(query, group, heads, d_k)[tf.newaxis]
-  # Every query of a sentence against every slot's keys, block by block...
   scores = tf.matmul(q, key, transpose_b=True)  # [blocks, b, h, group, rows]
-  scores = tf.reshape(scores, [num_blocks, batch, heads, group, BLOCK_LENGTH,
-                               group])
-  # ...keeping each position's ancestor slot.
-  if select is None:
-    scores = scores[..., 0]
-  else:
-    scores = tf.reduce_sum(scores * select, axis=-1)
-  scores = tf.transpose(scores, [1, 2, 3, 0, 4])
-  scores = tf.reshape(scores, [batch, heads, group, length])
-  weights = masks.masked_softmax(scores, masks.step_mask(step, length))
+  scores = tf.where(select, scores, scores.dtype.min)
+  scores = tf.reshape(tf.transpose(scores, [1, 2, 3, 0, 4]),
+                      [batch, heads, group, num_blocks * rows])
+  weights = masks.masked_softmax(scores, None)
   spread = tf.transpose(tf.reshape(
-      weights, [batch, heads, group, num_blocks, BLOCK_LENGTH]),
-                        [3, 0, 1, 2, 4])[..., tf.newaxis]
-  if select is not None:
-    spread *= select
-  spread = tf.reshape(spread, [num_blocks, batch, heads, group, rows])
+      weights, [batch, heads, group, num_blocks, rows]), [3, 0, 1, 2, 4])
   output = tf.reduce_sum(tf.matmul(spread, value), axis=0)
+  # One row per position has weight: the sum over slots is that weight.
+  weights = tf.reduce_sum(tf.reshape(
+      weights, [batch, heads, group, num_blocks * BLOCK_LENGTH, group]), -1)
   return _merge(output), _weights(weights)
 
 

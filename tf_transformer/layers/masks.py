@@ -35,12 +35,6 @@ def causal_padding_mask(key_mask):
                         key_padding_mask(key_mask))
 
 
-def step_mask(step, max_length):
-  """[1, 1, 1, max_length]: while decoding position `step`, attend to cached
-  positions 0..step of a cache preallocated to `max_length`."""
-  return (tf.range(max_length) <= step)[tf.newaxis, tf.newaxis, tf.newaxis]
-
-
 def masked_softmax(scores, mask):
   """Softmax over the last axis where `mask` is False gets no weight.
 
