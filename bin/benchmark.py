@@ -58,6 +58,9 @@ flags.DEFINE_integer("decode_words", 7, "Words per decoded sentence (one "
 flags.DEFINE_integer("decode_batch_size", 32, "The larger decoding batch.")
 flags.DEFINE_list("token_steps", ["10", "50", "100"], "Output lengths at "
                   "which the time per output token is measured.")
+flags.DEFINE_integer("bandwidth_megabytes", 256, "Size of the tensor read "
+                     "to measure how fast a decoding cache can be read "
+                     "(more than the CPU's caches).")
 flags.DEFINE_list("beam_sizes", ["1", "4", "8"], "Beam sizes compared.")
 flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
 flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
@@ -162,14 +165,15 @@ def decode_section(config, report):
       _print_rows(rows[-1:], columns)
   per_token = {}
   print()
+  steps = [int(n) for n in FLAGS.token_steps]
   for batch_size in sorted({1, FLAGS.decode_batch_size}):
     figures = decoding_speed.time_per_token(
-        model, vocabulary, [int(n) for n in FLAGS.token_steps],
-        batch_size=batch_size, runs=FLAGS.runs)
+        model, vocabulary, steps, batch_size=batch_size, runs=FLAGS.runs)
     per_token[f"batch_{batch_size}"] = figures
     print(f"beam 4 decode time per output token, batch {batch_size}: "
           + ", ".join(
               f"{k} {v * 1e3:.2f} ms" for k, v in figures.items()))
+  cache_read = cache_read_section(config, steps)
   beams = decoding_speed.beam_scaling(
       model, vocabulary, texts[:max(FLAGS.decode_batch_size, 64)],
       [int(k) for k in FLAGS.beam_sizes],
@@ -177,9 +181,40 @@ def decode_section(config, report):
   print("sentences/s against beam size: " + ", ".join(
       f"{k} {v:.1f}" for k, v in beams.items()))
   report["decode"] = {"saved_model": rows, "time_per_token": per_token,
+                      "cache_read": cache_read,
                       "beam_scaling": beams,
                       "model": "random weights; outputs run to the length "
                                "limit (source tokens + 1)"}
+
+
+def cache_read_section(config, steps):
+  """What reading the self-attention cache alone costs per output token, at
+  the memory's speed and at the speed of attention's batched matmuls: the
+  part of the time per token that grows with the output."""
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer.benchmark import decoding_speed, timing
+  from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
+  speeds = timing.read_bandwidth(FLAGS.bandwidth_megabytes, config.d_k, 4,
+                                 4 * BLOCK_LENGTH, FLAGS.runs)
+  print(f"reading {speeds['megabytes']:.0f} MB of fp32: full reduction "
+        f"{speeds['reduction_gb_per_sec']:.1f} GB/s, attention's batched "
+        f"matmuls {speeds['attention_matmul_gb_per_sec']:.1f} GB/s")
+  report = {"read_bandwidth": speeds}
+  for batch_size in sorted({1, FLAGS.decode_batch_size}):
+    rows = 4 * batch_size
+    figures = {
+        name: decoding_speed.cache_read_per_token(
+            config, rows, steps, speeds[f"{name}_gb_per_sec"])
+        for name in ("reduction", "attention_matmul")}
+    report[f"batch_{batch_size}"] = {
+        "bytes_per_position": decoding_speed.cache_bytes_per_position(
+            config, rows), **figures}
+    print(f"cache read per output token at those speeds (reduction / "
+          f"matmuls), batch {batch_size}: " + ", ".join(
+              f"{k} {figures['reduction'][k] * 1e3:.2f} / "
+              f"{figures['attention_matmul'][k] * 1e3:.2f} ms"
+              for k in figures["reduction"]))
+  return report
 
 
 def main(argv):

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import run_script
+from tf_transformer import get_config
+from tf_transformer.benchmark import decoding_speed
 
 
 def test_benchmark_writes_every_figure(tmp_path):
@@ -18,7 +22,8 @@ def test_benchmark_writes_every_figure(tmp_path):
       "--train_variants=no_xla,mirrored", "--cpu_devices=2",
       "--batch_tokens=256", "--scaling_lengths=8", "--decode_sentences=8",
       "--decode_batch_size=4", "--token_steps=6,8", "--beam_sizes=1,2",
-      "--runs=1", "--warmup=1", "--matmul_size=128", f"--output={output}")
+      "--runs=1", "--warmup=1", "--matmul_size=128", "--bandwidth_megabytes=4",
+      f"--output={output}")
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads(output.read_text())
   machine = report["machine"]
@@ -46,6 +51,15 @@ def test_benchmark_writes_every_figure(tmp_path):
   for figures in per_token.values():
     assert set(figures) == {"step_6", "step_8"}
   assert set(decode["beam_scaling"]) == {"beam_1", "beam_2"}
+  cache_read = decode["cache_read"]
+  speeds = cache_read["read_bandwidth"]
+  assert speeds["reduction_gb_per_sec"] > 0
+  assert speeds["attention_matmul_gb_per_sec"] > 0
+  for batch_size in (1, 4):
+    figures = cache_read[f"batch_{batch_size}"]
+    # tiny: 2 layers x 4 heads x (d_k + d_v = 2 x 16) x 4 bytes x 4 beams
+    assert figures["bytes_per_position"] == 2 * 4 * 32 * 4 * 4 * batch_size
+    assert set(figures["reduction"]) == {"step_6", "step_8"}
   assert "model_gflops_per_sec" in result.stdout and "wrote" in result.stdout
 
 
@@ -60,3 +74,16 @@ def test_onednn_is_on_unless_turned_off():
     out = subprocess.run([sys.executable, "-c", code], env=env, text=True,
                          capture_output=True, check=True).stdout
     assert out.strip() == expected
+
+
+def test_cache_read_per_token_counts_the_whole_blocks_each_step_reads():
+  """base, 32 sentences x 4 beams: each position adds 6 layers x 8 heads x
+  (64 + 64) x 4 bytes x 128 rows; steps 50..99 read, in whole blocks of 16,
+  64 (14 steps), 80 (16), 96 (16) and 112 (4) positions: 83.2 on average."""
+  config = get_config("base")
+  per_position = decoding_speed.cache_bytes_per_position(config, rows=128)
+  assert per_position == 6 * 8 * 128 * 4 * 128 == 3_145_728
+  figures = decoding_speed.cache_read_per_token(config, 128, [100, 10], 10.0)
+  assert figures["step_100"] == pytest.approx(per_position * 83.2 / 10e9)
+  # steps 5..9 all read the first block
+  assert figures["step_10"] == pytest.approx(per_position * 16 / 10e9)

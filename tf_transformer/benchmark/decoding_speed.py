@@ -19,6 +19,7 @@ import tensorflow as tf
 from tf_transformer.benchmark.timing import median_seconds
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
 from tf_transformer.serving import export as export_lib
 from tf_transformer.special_ids import PAD_ID
 
@@ -117,6 +118,29 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
                               .numpy(), runs, warmup=1)
   return {f"step_{n}": (times[n] - times[n // 2]) / (n - n // 2)
           for n in output_lengths}
+
+
+def cache_bytes_per_position(config, rows, bytes_per_number=4):
+  """Bytes of self-attention keys and values (section 3.2.3) that one
+  decoded position adds to the cache of every decoder layer, for `rows`
+  hypotheses (batch * beam)."""
+  return (config.num_layers * config.num_heads * (config.d_k + config.d_v)
+          * bytes_per_number * rows)
+
+
+def cache_read_per_token(config, rows, output_lengths, gb_per_sec):
+  """Seconds per output token that reading the cache takes at `gb_per_sec`,
+  over the same steps as `time_per_token` around each n (n / 2 .. n - 1),
+  step t reading the whole blocks that hold positions 0..t: the part of the
+  time per token that must grow with n unless the cache is read faster."""
+  per_position = cache_bytes_per_position(config, rows)
+  figures = {}
+  for n in output_lengths:
+    steps = range(n // 2, n)
+    positions = sum(-(-(t + 1) // BLOCK_LENGTH) * BLOCK_LENGTH
+                    for t in steps) / len(steps)
+    figures[f"step_{n}"] = per_position * positions / (gb_per_sec * 1e9)
+  return figures
 
 
 def beam_scaling(model, vocabulary, texts, beam_sizes=(1, 4, 8),

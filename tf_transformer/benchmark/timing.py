@@ -39,6 +39,26 @@ def matmul_peak(n=4096, runs=5):
           "numpy_gflops": flops / np_seconds / 1e9}
 
 
+def read_bandwidth(megabytes=256, depth=64, group=4, block_rows=64, runs=5):
+  """GB/s at which TensorFlow reads an fp32 tensor of `megabytes` (more than
+  the CPU's caches hold): with a full reduction, about the memory's speed,
+  and with batched matmuls shaped as cached attention's (`group` queries
+  [group, depth] against each block of keys [block_rows, depth]), the speed
+  at which stock ops can read a decoding cache."""
+  numbers = int(megabytes * 1e6) // (4 * block_rows * depth)
+  x = tf.random.stateless_normal([numbers, block_rows, depth], seed=[5, 6])
+  q = tf.random.stateless_normal([1, group, depth], seed=[7, 8])
+  reduction = tf.function(tf.reduce_sum)
+  scores = tf.function(lambda q, x: tf.reduce_sum(
+      tf.matmul(q, x, transpose_b=True)[:, :1, :1]))
+  gigabytes = numbers * block_rows * depth * 4 / 1e9
+  return {"megabytes": gigabytes * 1e3,
+          "reduction_gb_per_sec": gigabytes / median_seconds(
+              lambda: reduction(x).numpy(), runs),
+          "attention_matmul_gb_per_sec": gigabytes / median_seconds(
+              lambda: scores(q, x).numpy(), runs)}
+
+
 def _cpu_model():
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
