@@ -10,9 +10,12 @@ whole-word pieces of a synthetic vocabulary of the asked size, so each word
 is one subword.
 """
 
+import math
 import os
 import random
+import statistics
 import tempfile
+import time
 
 import tensorflow as tf
 
@@ -106,18 +109,36 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
   all have that length. With the cache a step's cost grows only by
   attention's read of the positions decoded so far (`decoding_cache`).
   Measured on the export's graph code in-process (one module per length;
-  exporting each would only add saving time)."""
+  exporting each would only add saving time).
+
+  T(n / 2) and T(n) are timed in pairs, one right after the other, and the
+  median of the pairs' differences is reported, so that a slow spell of a
+  shared machine falls on both sides of a difference. A short output's
+  difference is divided by few tokens, so it gets proportionally more
+  pairs: `runs` for the longest output, `runs * longest / n` for length n.
+  """
   words = 1  # sources of 1 word + EOS = 2 tokens: outputs from 3 tokens
-  texts = sentences(vocabulary, batch_size, words, seed=1)
-  batch = tf.constant(texts)
-  times = {}
-  for n in sorted({m for n in output_lengths for m in (n // 2, n)}):
-    module = export_lib.TranslationModule(model, vocabulary, DecodingOptions(
-        beam_size=beam_size, max_length_offset=n - (words + 1)))
-    times[n] = median_seconds(lambda: module.serve(batch)["translation"]
-                              .numpy(), runs, warmup=1)
-  return {f"step_{n}": (times[n] - times[n // 2]) / (n - n // 2)
-          for n in output_lengths}
+  batch = tf.constant(sentences(vocabulary, batch_size, words, seed=1))
+  translators = {}
+
+  def translate(length):
+    if length not in translators:
+      module = export_lib.TranslationModule(model, vocabulary,
+                                            DecodingOptions(
+          beam_size=beam_size, max_length_offset=length - (words + 1)))
+      translators[length] = lambda: module.serve(batch)["translation"].numpy()
+      translators[length]()  # tracing, not timed
+    start = time.perf_counter()
+    translators[length]()
+    return time.perf_counter() - start
+
+  longest = max(output_lengths)
+  figures = {}
+  for n in output_lengths:
+    differences = [(translate(n) - translate(n // 2)) / (n - n // 2)
+                   for _ in range(math.ceil(runs * longest / n))]
+    figures[f"step_{n}"] = statistics.median(differences)
+  return figures
 
 
 def cache_bytes_per_position(config, rows, bytes_per_number=4):
