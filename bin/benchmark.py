@@ -196,24 +196,28 @@ def cache_read_section(config, steps):
   from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
   speeds = timing.read_bandwidth(FLAGS.bandwidth_megabytes, config.d_k, 4,
                                  4 * BLOCK_LENGTH, FLAGS.runs)
-  print(f"reading {speeds['megabytes']:.0f} MB of fp32: full reduction "
-        f"{speeds['reduction_gb_per_sec']:.1f} GB/s, attention's batched "
-        f"matmuls {speeds['attention_matmul_gb_per_sec']:.1f} GB/s")
+  gb = lambda name: speeds[f"{name}_gb_per_sec"]
+  print(f"reading {speeds['megabytes']:.0f} MB of fp32, GB/s: full reduction "
+        f"{gb('reduction'):.1f}; attention's matmuls: Q K^T "
+        f"{gb('scores_matmul'):.1f} (K stored transposed: "
+        f"{gb('scores_matmul_transposed_keys'):.1f}), weights V "
+        f"{gb('values_matmul'):.1f}")
   report = {"read_bandwidth": speeds}
   for batch_size in sorted({1, FLAGS.decode_batch_size}):
     rows = 4 * batch_size
     figures = {
-        name: decoding_speed.cache_read_per_token(
-            config, rows, steps, speeds[f"{name}_gb_per_sec"])
-        for name in ("reduction", "attention_matmul")}
+        "memory": decoding_speed.cache_read_per_token(
+            config, rows, steps, gb("reduction")),
+        "matmuls": decoding_speed.cache_read_per_token(
+            config, rows, steps, gb("scores_matmul"), gb("values_matmul"))}
     report[f"batch_{batch_size}"] = {
         "bytes_per_position": decoding_speed.cache_bytes_per_position(
             config, rows), **figures}
-    print(f"cache read per output token at those speeds (reduction / "
-          f"matmuls), batch {batch_size}: " + ", ".join(
-              f"{k} {figures['reduction'][k] * 1e3:.2f} / "
-              f"{figures['attention_matmul'][k] * 1e3:.2f} ms"
-              for k in figures["reduction"]))
+    print(f"cache read per output token, at the memory's / the matmuls' "
+          f"speed, batch {batch_size}: " + ", ".join(
+              f"{k} {figures['memory'][k] * 1e3:.2f} / "
+              f"{figures['matmuls'][k] * 1e3:.2f} ms"
+              for k in figures["memory"]))
   return report
 
 

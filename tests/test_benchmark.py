@@ -53,13 +53,16 @@ def test_benchmark_writes_every_figure(tmp_path):
   assert set(decode["beam_scaling"]) == {"beam_1", "beam_2"}
   cache_read = decode["cache_read"]
   speeds = cache_read["read_bandwidth"]
-  assert speeds["reduction_gb_per_sec"] > 0
-  assert speeds["attention_matmul_gb_per_sec"] > 0
+  for name in ("reduction", "scores_matmul", "scores_matmul_transposed_keys",
+               "values_matmul"):
+    assert speeds[f"{name}_gb_per_sec"] > 0
   for batch_size in (1, 4):
     figures = cache_read[f"batch_{batch_size}"]
     # tiny: 2 layers x 4 heads x (d_k + d_v = 2 x 16) x 4 bytes x 4 beams
     assert figures["bytes_per_position"] == 2 * 4 * 32 * 4 * 4 * batch_size
-    assert set(figures["reduction"]) == {"step_6", "step_8"}
+    for speed in ("memory", "matmuls"):
+      assert set(figures[speed]) == {"step_6", "step_8"}
+      assert figures[speed]["step_8"] > 0
   assert "model_gflops_per_sec" in result.stdout and "wrote" in result.stdout
 
 
@@ -87,3 +90,7 @@ def test_cache_read_per_token_counts_the_whole_blocks_each_step_reads():
   assert figures["step_100"] == pytest.approx(per_position * 83.2 / 10e9)
   # steps 5..9 all read the first block
   assert figures["step_10"] == pytest.approx(per_position * 16 / 10e9)
+  # keys and values (half the bytes each) at their own speeds
+  split = decoding_speed.cache_read_per_token(config, 128, [100], 10.0, 40.0)
+  assert split["step_100"] == pytest.approx(
+      per_position / 2 * 83.2 * (1 / 10e9 + 1 / 40e9))

@@ -141,26 +141,34 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
   return figures
 
 
-def cache_bytes_per_position(config, rows, bytes_per_number=4):
-  """Bytes of self-attention keys and values (section 3.2.3) that one
-  decoded position adds to the cache of every decoder layer, for `rows`
-  hypotheses (batch * beam)."""
-  return (config.num_layers * config.num_heads * (config.d_k + config.d_v)
-          * bytes_per_number * rows)
+def cache_bytes_per_position(config, rows, part="both", bytes_per_number=4):
+  """Bytes of self-attention keys and/or values (`part`: "key", "value" or
+  "both"; section 3.2.3) that one decoded position adds to the cache of
+  every decoder layer, for `rows` hypotheses (batch * beam)."""
+  depth = {"key": config.d_k, "value": config.d_v,
+           "both": config.d_k + config.d_v}[part]
+  return config.num_layers * config.num_heads * depth * bytes_per_number * rows
 
 
-def cache_read_per_token(config, rows, output_lengths, gb_per_sec):
-  """Seconds per output token that reading the cache takes at `gb_per_sec`,
-  over the same steps as `time_per_token` around each n (n / 2 .. n - 1),
-  step t reading the whole blocks that hold positions 0..t: the part of the
-  time per token that must grow with n unless the cache is read faster."""
-  per_position = cache_bytes_per_position(config, rows)
+def cache_read_per_token(config, rows, output_lengths, key_gb_per_sec,
+                         value_gb_per_sec=None):
+  """Seconds per output token that reading the cache takes, keys at
+  `key_gb_per_sec` and values at `value_gb_per_sec` (the same unless
+  given), over the same steps as `time_per_token` around each n (n / 2 ..
+  n - 1), step t reading the whole blocks that hold positions 0..t: the
+  part of the time per token that must grow with n unless the cache is
+  read faster."""
+  value_gb_per_sec = value_gb_per_sec or key_gb_per_sec
+  seconds_per_position = (
+      cache_bytes_per_position(config, rows, "key") / key_gb_per_sec
+      + cache_bytes_per_position(config, rows, "value") / value_gb_per_sec
+  ) / 1e9
   figures = {}
   for n in output_lengths:
     steps = range(n // 2, n)
     positions = sum(-(-(t + 1) // BLOCK_LENGTH) * BLOCK_LENGTH
                     for t in steps) / len(steps)
-    figures[f"step_{n}"] = per_position * positions / (gb_per_sec * 1e9)
+    figures[f"step_{n}"] = seconds_per_position * positions
   return figures
 
 

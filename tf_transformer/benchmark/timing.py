@@ -41,22 +41,34 @@ def matmul_peak(n=4096, runs=5):
 
 def read_bandwidth(megabytes=256, depth=64, group=4, block_rows=64, runs=5):
   """GB/s at which TensorFlow reads an fp32 tensor of `megabytes` (more than
-  the CPU's caches hold): with a full reduction, about the memory's speed,
-  and with batched matmuls shaped as cached attention's (`group` queries
-  [group, depth] against each block of keys [block_rows, depth]), the speed
-  at which stock ops can read a decoding cache."""
-  numbers = int(megabytes * 1e6) // (4 * block_rows * depth)
-  x = tf.random.stateless_normal([numbers, block_rows, depth], seed=[5, 6])
+  the CPU's caches hold) with
+  - a full reduction: about the memory's speed;
+  - the batched matmuls of cached attention, `group` queries per block of
+    `block_rows` keys or values of `depth` (decoding_cache.self_attention):
+    scores Q K^T (K read with `transpose_b`), the same with K stored
+    transposed, and weights times V."""
+  blocks = int(megabytes * 1e6) // (4 * block_rows * depth)
+  cache = tf.random.stateless_normal([blocks, block_rows, depth], seed=[5, 6])
+  cache_t = tf.random.stateless_normal([blocks, depth, block_rows],
+                                       seed=[5, 7])
   q = tf.random.stateless_normal([1, group, depth], seed=[7, 8])
-  reduction = tf.function(tf.reduce_sum)
-  scores = tf.function(lambda q, x: tf.reduce_sum(
-      tf.matmul(q, x, transpose_b=True)[:, :1, :1]))
-  gigabytes = numbers * block_rows * depth * 4 / 1e9
-  return {"megabytes": gigabytes * 1e3,
-          "reduction_gb_per_sec": gigabytes / median_seconds(
-              lambda: reduction(x).numpy(), runs),
-          "attention_matmul_gb_per_sec": gigabytes / median_seconds(
-              lambda: scores(q, x).numpy(), runs)}
+  p = tf.random.stateless_normal([1, group, block_rows], seed=[7, 9])
+  corner = lambda x: tf.reduce_sum(x[:, :1, :1])
+  reads = {
+      "reduction": (tf.function(tf.reduce_sum), (cache,)),
+      "scores_matmul": (tf.function(lambda q, k: corner(
+          tf.matmul(q, k, transpose_b=True))), (q, cache)),
+      "scores_matmul_transposed_keys": (tf.function(lambda q, k: corner(
+          tf.matmul(q, k))), (q, cache_t)),
+      "values_matmul": (tf.function(lambda p, v: corner(tf.matmul(p, v))),
+                        (p, cache)),
+  }
+  gigabytes = blocks * block_rows * depth * 4 / 1e9
+  speeds = {"megabytes": gigabytes * 1e3}
+  for name, (fn, args) in reads.items():
+    speeds[f"{name}_gb_per_sec"] = gigabytes / median_seconds(
+        lambda fn=fn, args=args: fn(*args).numpy(), runs)
+  return speeds
 
 
 def _cpu_model():
