@@ -55,6 +55,8 @@ def test_cached_steps_equal_teacher_forcing_as_beams_move(model, mode,
                                       return_attention_scores=True)
     np.testing.assert_allclose(logits[:, 0], full[:, -1], atol=1e-5,
                                err_msg=f"step {position}")
+    layers = len(model.decoder.decoder_layers)
+    assert len(weights) == len(full_weights) == layers
     for layer, full_layer in zip(weights, full_weights):
       cached = layer["self"].numpy()[:, :, 0]  # [rows, heads, whole blocks]
       np.testing.assert_allclose(cached[..., :position + 1],
