@@ -190,33 +190,47 @@ def decode_section(config, report):
 def cache_read_section(config, steps):
   """What reading the self-attention cache alone costs per output token, at
   the memory's speed and at the speed of attention's batched matmuls: the
-  part of the time per token that grows with the output."""
+  part of the time per token that grows with the output. The same for a
+  bfloat16 cache, half the bytes, at the speed TensorFlow's bfloat16
+  matmuls read it."""
   # pylint: disable=g-import-not-at-top
   from tf_transformer.benchmark import decoding_speed, timing
   from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
-  speeds = timing.read_bandwidth(FLAGS.bandwidth_megabytes, config.d_k, 4,
-                                 4 * BLOCK_LENGTH, FLAGS.runs)
-  gb = lambda name: speeds[f"{name}_gb_per_sec"]
-  print(f"reading {speeds['megabytes']:.0f} MB of fp32, GB/s: full reduction "
-        f"{gb('reduction'):.1f}; attention's matmuls: Q K^T "
-        f"{gb('scores_matmul'):.1f} (K stored transposed: "
-        f"{gb('scores_matmul_transposed_keys'):.1f}), weights V "
-        f"{gb('values_matmul'):.1f}")
-  report = {"read_bandwidth": speeds}
+  import tensorflow as tf
+  speeds = {dtype: timing.read_bandwidth(
+      FLAGS.bandwidth_megabytes, config.d_k, 4, 4 * BLOCK_LENGTH, FLAGS.runs,
+      dtype, FLAGS.decode_batch_size * config.num_heads)
+            for dtype in (tf.float32, tf.bfloat16)}
+  for dtype, read in speeds.items():
+    gb = lambda name, read=read: read[f"{name}_gb_per_sec"]
+    print(f"reading {read['megabytes']:.0f} MB of {dtype.name}, GB/s: full "
+          f"reduction {gb('reduction'):.1f}; attention's matmuls: Q K^T "
+          f"{gb('scores_matmul'):.1f} (as K Q^T: "
+          f"{gb('scores_matmul_keys_left'):.1f}; K stored transposed: "
+          f"{gb('scores_matmul_transposed_keys'):.1f}), weights V "
+          f"{gb('values_matmul'):.1f}")
+  fp32, bf16 = speeds[tf.float32], speeds[tf.bfloat16]
+  report = {"read_bandwidth": fp32, "read_bandwidth_bfloat16": bf16}
   for batch_size in sorted({1, FLAGS.decode_batch_size}):
     rows = 4 * batch_size
     figures = {
         "memory": decoding_speed.cache_read_per_token(
-            config, rows, steps, gb("reduction")),
+            config, rows, steps, fp32["reduction_gb_per_sec"]),
         "matmuls": decoding_speed.cache_read_per_token(
-            config, rows, steps, gb("scores_matmul"), gb("values_matmul"))}
+            config, rows, steps, fp32["scores_matmul_gb_per_sec"],
+            fp32["values_matmul_gb_per_sec"]),
+        "matmuls_bfloat16": decoding_speed.cache_read_per_token(
+            config, rows, steps, bf16["scores_matmul_gb_per_sec"],
+            bf16["values_matmul_gb_per_sec"], bytes_per_number=2)}
     report[f"batch_{batch_size}"] = {
         "bytes_per_position": decoding_speed.cache_bytes_per_position(
             config, rows), **figures}
-    print(f"cache read per output token, at the memory's / the matmuls' "
-          f"speed, batch {batch_size}: " + ", ".join(
+    print(f"cache read per output token, batch {batch_size}, at the "
+          f"memory's / the matmuls' speed (bfloat16 cache: half the bytes, "
+          f"at its matmuls' speed): " + ", ".join(
               f"{k} {figures['memory'][k] * 1e3:.2f} / "
-              f"{figures['matmuls'][k] * 1e3:.2f} ms"
+              f"{figures['matmuls'][k] * 1e3:.2f} "
+              f"({figures['matmuls_bfloat16'][k] * 1e3:.2f}) ms"
               for k in figures["memory"]))
   return report
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_script
 from tf_transformer import get_config
-from tf_transformer.benchmark import decoding_speed
+from tf_transformer.benchmark import decoding_speed, timing
 
 
 def test_benchmark_writes_every_figure(tmp_path):
@@ -52,15 +52,18 @@ def test_benchmark_writes_every_figure(tmp_path):
     assert set(figures) == {"step_6", "step_8"}
   assert set(decode["beam_scaling"]) == {"beam_1", "beam_2"}
   cache_read = decode["cache_read"]
-  speeds = cache_read["read_bandwidth"]
-  for name in ("reduction", "scores_matmul", "scores_matmul_transposed_keys",
-               "values_matmul"):
-    assert speeds[f"{name}_gb_per_sec"] > 0
+  for key, dtype in (("read_bandwidth", "float32"),
+                     ("read_bandwidth_bfloat16", "bfloat16")):
+    speeds = cache_read[key]
+    assert speeds["dtype"] == dtype and speeds["megabytes"] > 0
+    for name in ("reduction", "scores_matmul", "scores_matmul_keys_left",
+                 "scores_matmul_transposed_keys", "values_matmul"):
+      assert speeds[f"{name}_gb_per_sec"] > 0
   for batch_size in (1, 4):
     figures = cache_read[f"batch_{batch_size}"]
     # tiny: 2 layers x 4 heads x (d_k + d_v = 2 x 16) x 4 bytes x 4 beams
     assert figures["bytes_per_position"] == 2 * 4 * 32 * 4 * 4 * batch_size
-    for speed in ("memory", "matmuls"):
+    for speed in ("memory", "matmuls", "matmuls_bfloat16"):
       assert set(figures[speed]) == {"step_6", "step_8"}
       assert figures[speed]["step_8"] > 0
   assert "model_gflops_per_sec" in result.stdout and "wrote" in result.stdout
@@ -94,3 +97,17 @@ def test_cache_read_per_token_counts_the_whole_blocks_each_step_reads():
   split = decoding_speed.cache_read_per_token(config, 128, [100], 10.0, 40.0)
   assert split["step_100"] == pytest.approx(
       per_position / 2 * 83.2 * (1 / 10e9 + 1 / 40e9))
+  # a bfloat16 cache: half the bytes
+  half = decoding_speed.cache_read_per_token(config, 128, [100], 10.0,
+                                             bytes_per_number=2)
+  assert half["step_100"] == pytest.approx(figures["step_100"] / 2)
+
+
+def test_read_bandwidth_survives_a_single_sentence_head():
+  """One sentence of one head would give K Q^T a size-1 batch axis against
+  a broadcast query, which TensorFlow 2.21's oneDNN batched matmul crashes
+  on; the measurement keeps two."""
+  speeds = timing.read_bandwidth(megabytes=1, depth=16, group=4,
+                                 block_rows=64, runs=1, sentence_heads=1)
+  assert speeds["dtype"] == "float32" and speeds["megabytes"] > 0.5
+  assert all(v > 0 for k, v in speeds.items() if k.endswith("_gb_per_sec"))

@@ -39,32 +39,45 @@ def matmul_peak(n=4096, runs=5):
           "numpy_gflops": flops / np_seconds / 1e9}
 
 
-def read_bandwidth(megabytes=256, depth=64, group=4, block_rows=64, runs=5):
-  """GB/s at which TensorFlow reads an fp32 tensor of `megabytes` (more than
-  the CPU's caches hold) with
+def read_bandwidth(megabytes=256, depth=64, group=4, block_rows=64, runs=5,
+                   dtype=tf.float32, sentence_heads=256):
+  """GB/s at which TensorFlow reads a `dtype` tensor of `megabytes` (more
+  than the CPU's caches hold) with
   - a full reduction: about the memory's speed;
   - the batched matmuls of cached attention, `group` queries per block of
-    `block_rows` keys or values of `depth` (decoding_cache.self_attention):
-    scores Q K^T (K read with `transpose_b`), the same with K stored
+    `block_rows` keys or values of `depth`, each of `sentence_heads`
+    (batch x heads) queries meeting its own blocks, as in
+    decoding_cache.self_attention:
+    scores Q K^T (K read with `transpose_b`), the same scores transposed
+    as K Q^T (K the left operand, read as stored), Q times K stored
     transposed, and weights times V."""
-  blocks = int(megabytes * 1e6) // (4 * block_rows * depth)
-  cache = tf.random.stateless_normal([blocks, block_rows, depth], seed=[5, 6])
-  cache_t = tf.random.stateless_normal([blocks, depth, block_rows],
-                                       seed=[5, 7])
-  q = tf.random.stateless_normal([1, group, depth], seed=[7, 8])
-  p = tf.random.stateless_normal([1, group, block_rows], seed=[7, 9])
-  corner = lambda x: tf.reduce_sum(x[:, :1, :1])
+  dtype = tf.as_dtype(dtype)
+  # At least 2: with oneDNN, TensorFlow 2.21's batched matmul of a left
+  # operand with a size-1 batch axis against a broadcast right one crashes
+  # or corrupts memory (tensorflow/tensorflow#123109; K Q^T below).
+  sentence_heads = max(2, sentence_heads)
+  blocks = max(1, int(megabytes * 1e6) // (
+      dtype.size * sentence_heads * block_rows * depth))
+  normal = lambda shape, seed: tf.cast(
+      tf.random.stateless_normal(shape, seed=seed), dtype)
+  cache = normal([blocks, sentence_heads, block_rows, depth], [5, 6])
+  cache_t = normal([blocks, sentence_heads, depth, block_rows], [5, 7])
+  q = normal([1, sentence_heads, group, depth], [7, 8])
+  p = normal([1, sentence_heads, group, block_rows], [7, 9])
+  corner = lambda x: tf.reduce_sum(x[:, :, :1, :1])
   reads = {
       "reduction": (tf.function(tf.reduce_sum), (cache,)),
       "scores_matmul": (tf.function(lambda q, k: corner(
           tf.matmul(q, k, transpose_b=True))), (q, cache)),
+      "scores_matmul_keys_left": (tf.function(lambda q, k: corner(
+          tf.matmul(k, q, transpose_b=True))), (q, cache)),
       "scores_matmul_transposed_keys": (tf.function(lambda q, k: corner(
           tf.matmul(q, k))), (q, cache_t)),
       "values_matmul": (tf.function(lambda p, v: corner(tf.matmul(p, v))),
                         (p, cache)),
   }
-  gigabytes = blocks * block_rows * depth * 4 / 1e9
-  speeds = {"megabytes": gigabytes * 1e3}
+  gigabytes = blocks * sentence_heads * block_rows * depth * dtype.size / 1e9
+  speeds = {"dtype": dtype.name, "megabytes": gigabytes * 1e3}
   for name, (fn, args) in reads.items():
     speeds[f"{name}_gb_per_sec"] = gigabytes / median_seconds(
         lambda fn=fn, args=args: fn(*args).numpy(), runs)
