@@ -154,10 +154,10 @@ def cache_read_per_token(config, rows, output_lengths, key_gb_per_sec,
                          value_gb_per_sec=None, bytes_per_number=4):
   """Seconds per output token that reading the cache (`bytes_per_number`
   per key or value component: 4 for fp32) takes, keys at `key_gb_per_sec`
-  and values at `value_gb_per_sec` (the same unless given), over the same steps as `time_per_token` around each n (n / 2 ..
-  n - 1), step t reading the whole blocks that hold positions 0..t: the
-  part of the time per token that must grow with n unless the cache is
-  read faster."""
+  and values at `value_gb_per_sec` (the same unless given), over the same
+  steps as `time_per_token` around each n (n / 2 .. n - 1), step t reading
+  the whole blocks that hold positions 0..t: the part of the time per token
+  that must grow with n unless the cache is read faster."""
   value_gb_per_sec = value_gb_per_sec or key_gb_per_sec
   seconds_per_position = (
       cache_bytes_per_position(config, rows, "key", bytes_per_number)
