@@ -102,11 +102,12 @@ def reorder(ancestors, parents):
 
 
 def selection(ancestors, step, group_size):
-  """Which cached key rows each query row attends to at `step`: bool
-  [num_blocks, batch, 1, group (query), BLOCK_LENGTH * group (key rows)],
-  True where the row holds the query's ancestor at that position (its slot)
-  and the position is at most `step`. Computed once per step and shared by
-  every layer; outside XLA only the blocks filled so far."""
+  """Which cached key rows each query row attends to at `step`, as a mask of
+  the scores `self_attention` gives `masks.masked_softmax`: bool [batch, 1,
+  group (query), num_blocks * BLOCK_LENGTH * group (key rows)], True where
+  the row holds the query's ancestor at that position (its slot) and the
+  position is at most `step`. Computed once per step and shared by every
+  layer; outside XLA only the blocks filled so far."""
   rows, length = _dims(ancestors)
   if _in_xla():
     num_blocks = length // BLOCK_LENGTH
@@ -116,11 +117,10 @@ def selection(ancestors, step, group_size):
   batch = rows // group_size
   filled = tf.range(num_blocks * BLOCK_LENGTH) <= step
   slots = tf.where(filled, ancestors, -1)  # -1: one_hot of no slot
-  slots = tf.transpose(tf.reshape(slots, [batch, group_size, num_blocks,
-                                          BLOCK_LENGTH]), [2, 0, 1, 3])
+  slots = tf.reshape(slots, [batch, 1, group_size, num_blocks * BLOCK_LENGTH])
   return tf.reshape(tf.one_hot(slots, group_size, True, False),
-                    [num_blocks, batch, 1, group_size,
-                     BLOCK_LENGTH * group_size])
+                    [batch, 1, group_size,
+                     num_blocks * BLOCK_LENGTH * group_size])
 
 
 def _dims(x):
@@ -216,10 +216,9 @@ def self_attention(query, key, value, select, step):
     key, value = key[:num_blocks], value[:num_blocks]
   q = _scaled_query(query, group, heads, d_k)[tf.newaxis]
   scores = tf.matmul(q, key, transpose_b=True)  # [blocks, b, h, group, rows]
-  scores = tf.where(select, scores, scores.dtype.min)
   scores = tf.reshape(tf.transpose(scores, [1, 2, 3, 0, 4]),
                       [batch, heads, group, num_blocks * rows])
-  weights = masks.masked_softmax(scores, None)
+  weights = masks.masked_softmax(scores, select)
   spread = tf.transpose(tf.reshape(
       weights, [batch, heads, group, num_blocks, rows]), [3, 0, 1, 2, 4])
   output = tf.reduce_sum(tf.matmul(spread, value), axis=0)
