@@ -62,6 +62,8 @@ flags.DEFINE_integer("bandwidth_megabytes", 256, "Size of the tensor read "
                      "to measure how fast a decoding cache can be read "
                      "(more than the CPU's caches).")
 flags.DEFINE_list("beam_sizes", ["1", "4", "8"], "Beam sizes compared.")
+flags.DEFINE_integer("model_seed", 0, "Seed of the decoding model's random "
+                     "weights, so that runs decode the same outputs.")
 flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
 flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
                          f"--sections: each must be one of {SECTIONS}")
@@ -139,11 +141,13 @@ def scaling_section(config, report, peak):
 
 def decode_section(config, report):
   # pylint: disable=g-import-not-at-top
+  import keras
   from tf_transformer import build_model
   from tf_transformer.benchmark import decoding_speed
   from tf_transformer.decoding.search import DecodingOptions
   vocabulary = decoding_speed.synthetic_vocabulary(config.vocab_size)
   config = config.replace(vocab_size=vocabulary.vocab_size)
+  keras.utils.set_random_seed(FLAGS.model_seed)
   model = build_model(config)
   texts = decoding_speed.sentences(vocabulary, FLAGS.decode_sentences,
                                    FLAGS.decode_words)
