@@ -10,6 +10,7 @@ statistics: pairs, tokens, length percentiles, pairs dropped and why.
 
 Writes OUTPUT_DIR/vocabulary.model and OUTPUT_DIR/data_stats.json, and with
 --write_text=dev,test each split's raw pairs as OUTPUT_DIR/dev.en, dev.de, ...
+Bad data gives one line naming the file and line, and exit status 2.
 """
 
 import json
@@ -98,7 +99,7 @@ def main(argv):
     written = write_text(spec, FLAGS.output_dir, FLAGS.write_text)
   except DataError as e:
     print(f"prepare_data: error: {e}", file=sys.stderr)
-    return 1
+    return 2
   report(stats)
   for path in written:
     print(f"wrote {path}")

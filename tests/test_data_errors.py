@@ -186,6 +186,6 @@ def test_prepare_data_writes_split_text_for_evaluate(tmp_path):
 ])
 def test_prepare_data_errors_are_one_clear_line(tmp_path, args, message):
   result = run_script("prepare_data.py", *args, f"--output_dir={tmp_path}")
-  assert result.returncode == 1
+  assert result.returncode == 2
   assert message in result.stderr
   assert "Traceback" not in result.stderr

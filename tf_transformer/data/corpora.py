@@ -31,15 +31,17 @@ class ReadStats:
 
 
 def _open_lines(path: str) -> Iterator[tuple]:
-  """(line_number, text) for each line of a UTF-8 file, newline stripped."""
+  """(line_number, text) for each line of a UTF-8 file, newline stripped;
+  a byte-order mark opening the file is not part of line 1."""
   if not os.path.exists(path):
-    raise DataError(f"{path}: no such file")
+    raise DataError(f"{path}: no such file; check the path")
   if os.path.isdir(path):
-    raise DataError(f"{path}: is a directory, expected a text file")
+    raise DataError(f"{path}: is a directory; give a text file, one "
+                    "sentence a line")
   with open(path, "rb") as f:
     for number, raw in enumerate(f, 1):
       try:
-        line = raw.decode("utf-8")
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
       except UnicodeDecodeError as e:
         raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte "
                         f"{e.start}); convert the file to UTF-8 (e.g. iconv) "
@@ -78,7 +80,8 @@ def read_parallel_files(source_path: str, target_path: str,
         f"{extra[0]} has no source); the files must be line-aligned")
   if stats.pairs == 0:
     raise DataError(f"{source_path} / {target_path}: no sentence pairs "
-                    f"(skipped: {dict(stats.skipped) or 'none'})")
+                    f"(skipped: {dict(stats.skipped) or 'none'}); give files "
+                    "with at least one line of text on both sides")
 
 
 def read_tsv(path: str, stats: Optional[ReadStats] = None) -> Iterator[Pair]:
@@ -96,7 +99,8 @@ def read_tsv(path: str, stats: Optional[ReadStats] = None) -> Iterator[Pair]:
       yield fields[0], fields[1]
   if stats.pairs == 0:
     raise DataError(f"{path}: no sentence pairs "
-                    f"(skipped: {dict(stats.skipped) or 'none'})")
+                    f"(skipped: {dict(stats.skipped) or 'none'}); give a file "
+                    "of source<TAB>target lines")
 
 
 def read_local(source: str, target: Optional[str] = None,

@@ -4,6 +4,7 @@ import itertools
 
 from tf_transformer.data import batching
 from tf_transformer.data import corpora
+from tf_transformer.data import errors
 from tf_transformer.data import sources
 from tf_transformer.data import vocabulary as vocabulary_lib
 
@@ -19,6 +20,7 @@ def build_vocabulary(spec, vocab_size, model_type="bpe",
   return vocabulary_lib.Vocabulary(proto)
 
 
+@errors.unwrapped()  # read through tf.data, which wraps a DataError
 def corpus_statistics(spec, vocabulary, max_length):
   """Per split: pairs, tokens, length percentiles, pairs dropped and why."""
   stats = {"vocab_size": vocabulary.vocab_size}

@@ -11,6 +11,7 @@ import functools
 from typing import Callable, Iterator, Optional, Tuple
 
 from tf_transformer.data import corpora
+from tf_transformer.data import errors
 from tf_transformer.data import numbers
 from tf_transformer.data import tfds_corpora
 from tf_transformer.data.errors import DataError
@@ -68,7 +69,9 @@ def text_pairs(spec: DataSpec, split: str,
                stats: Optional[corpora.ReadStats] = None
                ) -> Callable[[], Iterator[tuple]]:
   """A function that yields the (source, target) pairs of `split` each time
-  it is called; read errors surface as `DataError` while iterating."""
+  it is called; read errors surface as `DataError` while iterating (and
+  are `errors.remembered`, so `errors.unwrapped` finds them when tf.data or
+  SentencePiece wraps them)."""
   if split not in SPLITS:
     raise DataError(f"split {split!r}: expected one of {SPLITS}")
   spec.check()
@@ -81,10 +84,10 @@ def text_pairs(spec: DataSpec, split: str,
       return iter(data)
     return generate
   if spec.dataset:
-    return lambda: tfds_corpora.read_tfds(
+    return lambda: errors.remembered(tfds_corpora.read_tfds(
         spec.dataset, TFDS_SPLITS[split], spec.source_language,
-        spec.target_language, spec.data_dir, spec.manual_dir, stats=stats)
+        spec.target_language, spec.data_dir, spec.manual_dir, stats=stats))
   source, target = spec.files(split)
   if not source:
     raise DataError(f"--{split}_source: no {split} data given")
-  return lambda: corpora.read_local(source, target, stats)
+  return lambda: errors.remembered(corpora.read_local(source, target, stats))

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from tf_transformer import special_ids
+from tf_transformer.data import errors
 from tf_transformer.data.errors import DataError
 
 FILENAME = "vocabulary.model"
@@ -33,15 +34,16 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe",
   model = io.BytesIO()
   spm.set_random_generator_seed(seed)
   try:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model,
-        vocab_size=vocab_size, model_type=model_type,
-        pad_id=special_ids.PAD_ID, unk_id=special_ids.UNK_ID,
-        bos_id=special_ids.BOS_ID, eos_id=special_ids.EOS_ID,
-        byte_fallback=True, character_coverage=0.9999,
-        hard_vocab_limit=False, input_sentence_size=max_sentences,
-        shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
-        max_sentence_length=16384, minloglevel=2)
+    with errors.unwrapped():  # a reader's DataError, not SentencePiece's
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=iter(sentences), model_writer=model,
+          vocab_size=vocab_size, model_type=model_type,
+          pad_id=special_ids.PAD_ID, unk_id=special_ids.UNK_ID,
+          bos_id=special_ids.BOS_ID, eos_id=special_ids.EOS_ID,
+          byte_fallback=True, character_coverage=0.9999,
+          hard_vocab_limit=False, input_sentence_size=max_sentences,
+          shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
+          max_sentence_length=16384, minloglevel=2)
   except RuntimeError as e:
     raise DataError(f"SentencePiece training failed: {e}. --vocab_size="
                     f"{vocab_size} must hold the 4 special ids, 256 byte "

@@ -1,0 +1,101 @@
+"""Bad corpora on every path a file takes (vocabulary, train, dev, test):
+the user gets the reader's one sentence naming the file and line, never
+tf.data's wrapped traceback or SentencePiece's error with a --vocab_size
+hint; the scripts print it as one line and exit with status 2."""
+
+import pytest
+
+from tf_transformer.data import corpora
+from tf_transformer.data import prepare
+from tf_transformer.data.errors import DataError
+from tf_transformer.data.sources import DataSpec
+from conftest import run_script
+
+GOOD_SOURCE = "".join(f"good sentence {i}\n" for i in range(40))
+GOOD_TARGET = "".join(f"guter Satz {i}\n" for i in range(40))
+
+# name -> (source content, target content, what the message must say);
+# None as content: the path does not exist; "dir": the path is a directory.
+CASES = {
+    "target_shorter": (GOOD_SOURCE, "x\ny\n", r"has 2 lines but .*\.src has "
+                       r"more \(line 3 has no translation\)"),
+    "source_shorter": ("a\n", GOOD_TARGET, r"\.src has 1 lines but .*\.tgt "
+                       r"has more \(line 2 has no source\)"),
+    "invalid_utf8": (GOOD_SOURCE.encode() + b"caf\xe9\n", GOOD_TARGET + "x\n",
+                     r"\.src:41: invalid UTF-8"),
+    "both_empty": ("", "", "no sentence pairs"),
+    "source_empty": ("", GOOD_TARGET, r"\.src has 0 lines but .*\.tgt has "
+                     r"more \(line 1 has no source\)"),
+    "missing": (None, GOOD_TARGET, r"\.src: no such file"),
+    "directory": ("dir", GOOD_TARGET, r"\.src: is a directory"),
+}
+
+
+def _files(directory, name, source, target):
+  paths = []
+  for side, content in (("src", source), ("tgt", target)):
+    path = directory / f"{name}.{side}"
+    if content == "dir":
+      path.mkdir()
+    elif isinstance(content, bytes):
+      path.write_bytes(content)
+    elif content is not None:
+      path.write_text(content, encoding="utf-8")
+    paths.append(str(path))
+  return paths
+
+
+def _spec(tmp_path, split, case):
+  good = _files(tmp_path, "good", GOOD_SOURCE, GOOD_TARGET)
+  bad = _files(tmp_path, case, *CASES[case][:2])
+  files = {s: (bad if s == split else good) for s in ("train", "dev", "test")}
+  return DataSpec(dataset="", **{f"{s}_{side}": files[s][i]
+                                 for s in files
+                                 for i, side in enumerate(("source",
+                                                           "target"))})
+
+
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_bad_file_on_every_path_raises_the_readers_error(
+    tmp_path, split, case):
+  spec = _spec(tmp_path, split, case)
+  with pytest.raises(DataError, match=CASES[case][2]) as error:
+    vocabulary = prepare.build_vocabulary(spec, 300)  # reads train
+    prepare.corpus_statistics(spec, vocabulary, 64)  # tf.data, every split
+  message = str(error.value)
+  assert "Traceback" not in message and "--vocab_size" not in message
+  assert "\n" not in message
+
+
+def test_a_byte_order_mark_is_not_part_of_sentence_one(tmp_path):
+  source, target = _files(tmp_path, "bom", "\ufeffone\ntwo\n", "eins\nzwei\n")
+  assert list(corpora.read_local(source, target)) == [("one", "eins"),
+                                                       ("two", "zwei")]
+
+
+@pytest.mark.parametrize("script, split", [
+    ("prepare_data.py", "train"),  # the SentencePiece trainer reads it
+    ("prepare_data.py", "dev"),    # tf.data reads it (statistics)
+    ("train.py", "train"),
+    ("train.py", "dev"),
+])
+def test_scripts_print_one_line_and_exit_2(tmp_path, script, split):
+  spec = _spec(tmp_path, split, "target_shorter")
+  files = [f"--{s}_{side}={getattr(spec, f'{s}_{side}')}"
+           for s in ("train", "dev") for side in ("source", "target")]
+  output = ["--output_dir" if script == "prepare_data.py" else "--model_dir",
+            str(tmp_path / "out")]
+  result = run_script(script, "--dataset=", *files, "--vocab_size=300",
+                      "=".join(output), "--config=tiny"
+                      if script == "train.py" else "--max_length=64")
+  assert result.returncode == 2, result.stderr[-3000:]
+  name = script.replace(".py", "")
+  ours = [line for line in result.stderr.splitlines()
+          if line.startswith(f"{name}: ")]
+  assert len(ours) == 1, result.stderr[-3000:]
+  assert ours[0].startswith(f"{name}: error: {tmp_path}/target_shorter.tgt "
+                            "has 2 lines but")
+  assert ours[0].endswith("the files must be line-aligned")
+  for noise in ("Traceback", "InvalidArgumentError", "--vocab_size", "At:"):
+    assert noise not in result.stderr
