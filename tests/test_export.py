@@ -72,6 +72,19 @@ for name in ("normal", "empty_batch", "bad_utf8"):
   batch = requests[name]
   out = attention(text=tf.constant(batch, tf.string, shape=[len(batch)]))
   answers["attention_" + name] = {k: list(v.shape) for k, v in out.items()}
+wrong_rank = {"matrix": [["seven", "eight"], ["nine", "ten"]], "scalar": "seven"}
+for name, value in wrong_rank.items():
+  for signature in ("serving_default", "nbest", "attention"):
+    try:
+      model.signatures[signature](text=tf.constant(value))
+      answers[f"{signature}_{name}"] = "answered"
+    except tf.errors.InvalidArgumentError as e:
+      answers[f"{signature}_{name}"] = e.message.splitlines()[-2].strip()
+try:
+  model.signatures["ids"](source_ids=tf.constant([[[5, 2]]]))
+  answers["ids_rank_3"] = "answered"
+except tf.errors.InvalidArgumentError as e:
+  answers["ids_rank_3"] = e.message.splitlines()[-2].strip()
 answers["modules"] = sorted(m for m in sys.modules if m.startswith("tf_transformer"))
 print(json.dumps(answers))
 """
@@ -98,6 +111,14 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(exported):
   assert empty["encoder_decoder"] == [0] + layers_heads + [0, 0]
   assert empty["translation"] == [0]
   assert answers["attention_bad_utf8"]["encoder_self"][:3] == [1] + layers_heads
+  # Another rank is refused, not flattened into a batch of 4 (or 1).
+  for signature in ("serving_default", "nbest", "attention"):
+    assert answers[f"{signature}_matrix"] == (
+        "Shape of tensor text [2,2] is not compatible with expected shape [?].")
+    assert answers[f"{signature}_scalar"] == (
+        "Shape of tensor text [] is not compatible with expected shape [?].")
+  assert "[1,1,2] is not compatible with expected shape [?,?]" in \
+      answers["ids_rank_3"]
 
 
 def test_attention_signature_gives_tokens_and_distributions(exported):

@@ -21,7 +21,11 @@ The search is the exporter's `DecodingOptions`: beam search by default
 
 Every request gets a defined answer: invalid UTF-8 bytes are replaced with
 U+FFFD, inputs are cut to `max_input_tokens` subwords, outputs to source
-length + `max_length_offset`, and an empty batch gives empty outputs.
+length + `max_length_offset`, and an empty batch gives empty outputs. An
+input of another rank (a scalar, a [2, 2] matrix) is refused with
+InvalidArgumentError "Shape of tensor text [2,2] is not compatible with
+expected shape [?]": the declared [None] alone is not checked when a loaded
+signature or TF Serving feeds it, and the batch would be flattened.
 
 By default nothing is compiled with XLA, since stock TF Serving on CPU runs
 with its XLA:CPU JIT off; `xla=True` exports the search compiled for servers
@@ -116,22 +120,28 @@ class TranslationModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def serve(self, text):
-    texts, scores = self._nbest(text)
+    texts, scores = self._nbest(_checked(text))
     return {"translation": texts[:, 0], "score": scores[:, 0]}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def nbest(self, text):
-    texts, scores = self._nbest(text)
+    texts, scores = self._nbest(_checked(text))
     return {"translations": texts, "scores": scores}
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
   def translate_ids(self, source_ids):
-    ids, scores = self._search(source_ids)
+    ids, scores = self._search(_checked(source_ids))
     return {"target_ids": ids[:, 0], "score": scores[:, 0]}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def attention(self, text):
-    return self._attention(text)
+    return self._attention(_checked(text))
+
+
+def _checked(tensor):
+  """`tensor`, after a run-time check that it has its declared shape (an
+  EnsureShape op, which graph optimization keeps, unlike a rank test)."""
+  return tf.ensure_shape(tensor, tensor.shape)
 
 
 def _trim_padding(ids):
