@@ -7,9 +7,17 @@ several machines.
 
 The run's config, data spec, flags and vocabulary are written into
 --model_dir; the same command resumes a killed run from its last checkpoint.
+SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits.
+
+Exit status: 0 trained; 1 bad flags or hparams; 2 bad data (one line naming
+the file and line); 3 NaN or Inf (names the last good checkpoint); 4 another
+run holds --model_dir; 143 / 130 stopped by SIGTERM / SIGINT, checkpoint
+saved (the same command resumes).
 """
 
+import contextlib
 import os
+import signal
 import sys
 
 from absl import app
@@ -21,7 +29,9 @@ from tf_transformer.data import data_flags
 from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
+from tf_transformer.training import interruption
 from tf_transformer.training import run_dir
+from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
 
 FLAGS = flags.FLAGS
@@ -72,6 +82,13 @@ flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
                   "SentencePiece model type.")
 flags.DEFINE_integer("seed", 0, "Seed of initialization, dropout and data "
                      "order.")
+flags.DEFINE_bool("allow_recipe_change", False, "Resume --model_dir with "
+                  "other training hparams (learning rate, warm-up, dropout, "
+                  "label smoothing, batch), keeping the weights; the "
+                  "architecture must stay the same.")
+flags.DEFINE_bool("ignore_run_lock", False, "Train even though another live "
+                  "run holds --model_dir's lock (only if you know it writes "
+                  "elsewhere).")
 flags.mark_flag_as_required("model_dir")
 flags.register_validator("keep_checkpoints", lambda v: v >= 1,
                          "--keep_checkpoints must be >= 1")
@@ -93,19 +110,7 @@ def _prepare_run_dir(config, spec, chief):
   if not chief:
     run_dir.wait_for(model_dir)
   if os.path.exists(os.path.join(model_dir, run_dir.CONFIG)):
-    saved = run_dir.load_config(model_dir)
-    vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
-    ignore = {"xla_attention", "train_steps"}
-    wanted = config.replace(vocab_size=saved.vocab_size)
-    diff = {k: (v, wanted.to_dict()[k]) for k, v in saved.to_dict().items()
-            if k not in ignore and wanted.to_dict()[k] != v}
-    if diff:
-      raise app.UsageError(
-          f"--model_dir={model_dir} holds a run with other hparams "
-          f"(saved, asked): {diff}; resume with the same flags or use a new "
-          "--model_dir")
-    return saved.replace(xla_attention=config.xla_attention,
-                         train_steps=config.train_steps), vocabulary
+    return _resumed_config(config, model_dir, chief)
   if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
     # From bin/prepare_data.py --output_dir=MODEL_DIR, say.
     logging.info("using the vocabulary already in %s", model_dir)
@@ -129,8 +134,40 @@ def _prepare_run_dir(config, spec, chief):
   return config, vocabulary
 
 
+def _resumed_config(config, model_dir, chief):
+  """The saved run's config, with the asked recipe if allowed."""
+  saved = run_dir.load_config(model_dir)
+  vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
+  wanted = config.replace(vocab_size=saved.vocab_size).to_dict()
+  diff = {k: (v, wanted[k]) for k, v in saved.to_dict().items()
+          if k not in ("xla_attention", "train_steps") and wanted[k] != v}
+  if FLAGS.allow_recipe_change:
+    diff = {k: v for k, v in diff.items()
+            if k in config_lib.ARCHITECTURE_FIELDS}
+  if diff:
+    fix = ("" if FLAGS.allow_recipe_change else
+           "; to change only the training recipe and keep the weights, add "
+           "--allow_recipe_change")
+    raise ValueError(
+        f"--model_dir={model_dir} holds a run with another model (saved, "
+        f"asked): {diff}: resume with the same flags or use a new "
+        f"--model_dir{fix}")
+  resumed = saved.replace(**{k: wanted[k] for k in wanted
+                             if k not in config_lib.ARCHITECTURE_FIELDS}
+                          ) if FLAGS.allow_recipe_change else saved.replace(
+                              xla_attention=config.xla_attention,
+                              train_steps=config.train_steps)
+  if FLAGS.allow_recipe_change and resumed != saved and chief:
+    changed = {k: (v, resumed.to_dict()[k])
+               for k, v in saved.to_dict().items() if resumed.to_dict()[k] != v}
+    logging.info("--allow_recipe_change: resuming with %s (was, now)", changed)
+    run_dir.save(model_dir, resumed, flags_text=FLAGS.flags_into_string())
+  return resumed, vocabulary
+
+
 def main(argv):
   del argv
+  stop = interruption.StopRequest().install()
   if FLAGS.keep_checkpoints < FLAGS.average_checkpoints:
     raise app.UsageError(
         f"--keep_checkpoints={FLAGS.keep_checkpoints} is below "
@@ -143,45 +180,34 @@ def main(argv):
         "worker must decide alike: pass --checkpoint_every_steps=N and "
         "--checkpoint_every_secs=0")
   strategy_lib.split_cpu(FLAGS.cpu_devices)  # before any op
+  from tf_transformer.training.trainer import NonFiniteLossError  # pylint: disable=g-import-not-at-top
   try:
     config = _run_config()
     spec = data_flags.spec_from_flags()
     # Before anything runs an op: collective ops are configured at start-up.
     strategy = strategy_lib.create_strategy(
         FLAGS.distribution, FLAGS.num_gpus, FLAGS.cpu_devices, FLAGS.tpu)
-  except (DataError, ValueError) as e:
-    print(f"train: error: {e}", file=sys.stderr)
-    return 1
-  from tf_transformer.training.trainer import NonFiniteLossError
-  from tf_transformer.training.trainer import TrainOptions
-  from tf_transformer.training.trainer import Trainer
-  try:
+    stop.install()  # again: MultiWorker's coordination agent took SIGTERM
     chief = strategy_lib.is_chief(strategy)
-    config, vocabulary = _prepare_run_dir(config, spec, chief)
-    options = TrainOptions(
-        model_dir=FLAGS.model_dir, train_steps=config.train_steps,
-        batch_tokens=config.batch_tokens, max_length=FLAGS.max_length,
-        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-        checkpoint_every_steps=FLAGS.checkpoint_every_steps,
-        checkpoint_every_secs=FLAGS.checkpoint_every_secs,
-        keep_checkpoints=FLAGS.keep_checkpoints,
-        eval_every_steps=FLAGS.eval_every_steps,
-        eval_max_sentences=FLAGS.eval_max_sentences,
-        log_every_steps=FLAGS.log_every_steps, seed=FLAGS.seed,
-        jit_compile_step=FLAGS.jit_compile_step, xla_loss=FLAGS.xla_loss,
-        mixed_precision=FLAGS.mixed_precision or None,
-        log_gradient_norm=FLAGS.log_gradient_norm)
-    logging.info("%s on %d replica(s), whole-step XLA %s: %s",
-                 FLAGS.distribution, strategy.num_replicas_in_sync,
-                 "on" if options.jit_compile_step else "off", config)
-    trainer = Trainer(config, vocabulary, spec, options, strategy)
-    result = trainer.train()
-  except (DataError, ValueError, FileNotFoundError) as e:
-    print(f"train: error: {e}", file=sys.stderr)
-    return 1
+    lock = run_lock.RunLock(FLAGS.model_dir, FLAGS.ignore_run_lock) if chief \
+        else contextlib.nullcontext()
+    with lock:
+      result = _train(config, spec, strategy, chief, stop)
+  except DataError as e:
+    return _fail(f"error: {e}", 2)
+  except (ValueError, FileNotFoundError) as e:
+    return _fail(f"error: {e}", 1)
   except NonFiniteLossError as e:
-    print(f"train: {e}", file=sys.stderr)
-    return 3
+    return _fail(str(e), 3)
+  except run_lock.RunLockedError as e:
+    return _fail(f"error: {e}", 4)
+  except KeyboardInterrupt:
+    return _fail("stopped at once by a second Ctrl-C, unsaved; the same "
+                 "command resumes from the last checkpoint", 130)
+  if result["stopped_by"]:
+    print(f"stopped by {result['stopped_by']} at step {result['step']}; "
+          f"saved {result['checkpoint']}; the same command resumes")
+    return stop.exit_status or 128 + signal.SIGTERM  # another worker's
   losses = result["losses"]
   if losses:
     print(f"trained to step {result['step']}: loss {losses[0]:.4f} (first "
@@ -192,6 +218,34 @@ def main(argv):
     print("dev: " + " ".join(f"{k}={v:.4f}" for k, v in result["dev"].items()))
   print(f"weights_fingerprint={result['weights_fingerprint']:.6f}")
   return 0
+
+
+def _train(config, spec, strategy, chief, stop):
+  from tf_transformer.training.trainer import TrainOptions  # pylint: disable=g-import-not-at-top
+  from tf_transformer.training.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  config, vocabulary = _prepare_run_dir(config, spec, chief)
+  options = TrainOptions(
+      model_dir=FLAGS.model_dir, train_steps=config.train_steps,
+      batch_tokens=config.batch_tokens, max_length=FLAGS.max_length,
+      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+      checkpoint_every_steps=FLAGS.checkpoint_every_steps,
+      checkpoint_every_secs=FLAGS.checkpoint_every_secs,
+      keep_checkpoints=FLAGS.keep_checkpoints,
+      eval_every_steps=FLAGS.eval_every_steps,
+      eval_max_sentences=FLAGS.eval_max_sentences,
+      log_every_steps=FLAGS.log_every_steps, seed=FLAGS.seed,
+      jit_compile_step=FLAGS.jit_compile_step, xla_loss=FLAGS.xla_loss,
+      mixed_precision=FLAGS.mixed_precision or None,
+      log_gradient_norm=FLAGS.log_gradient_norm)
+  logging.info("%s on %d replica(s), whole-step XLA %s: %s",
+               FLAGS.distribution, strategy.num_replicas_in_sync,
+               "on" if options.jit_compile_step else "off", config)
+  return Trainer(config, vocabulary, spec, options, strategy).train(stop)
+
+
+def _fail(message, status):
+  print(f"train: {message}", file=sys.stderr)
+  return status
 
 
 if __name__ == "__main__":

@@ -58,6 +58,9 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
       capture_output=True, text=True, env=_env(), timeout=600)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"at step {saved_step} " in resumed.stderr
+  # The killed run's lock is stale: taken over, and said so.
+  assert (f"{model_dir}/train.lock was left by a run that no longer holds it "
+          f"(pid {process.pid} on host ") in resumed.stderr
   first = re.search(r"step (\d+)/\d+ loss \S+ lr (\S+)", resumed.stderr)
   assert int(first.group(1)) == saved_step + 1
   expected_lr = float(schedule.learning_rate(saved_step + 1, 64, 400))
@@ -163,7 +166,7 @@ def test_flag_errors_are_clear(tmp_path):
   result = run_script("train.py", f"--model_dir={tmp_path}", "--config=tiny",
                       "--dataset=", "--train_source=/nonexistent.en",
                       "--train_target=/nonexistent.de")
-  assert result.returncode == 1
+  assert result.returncode == 2
   assert "/nonexistent.en: no such file" in result.stderr
   assert "Traceback" not in result.stderr
   result = run_script("train.py", "--helpfull")

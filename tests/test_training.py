@@ -243,3 +243,72 @@ def test_whole_step_xla_refuses_mirrored_cpu_devices(tmp_path):
   with pytest.raises(ValueError, match="--jit_compile_step does not run "
                      "under MirroredStrategy on logical CPU devices"):
     make_trainer(tmp_path, mirrored, jit_compile_step=True)
+
+
+def test_a_step_due_for_both_saves_before_it_evaluates(tmp_path):
+  trainer = make_trainer(tmp_path, train_steps=4, checkpoint_every_steps=2,
+                         eval_every_steps=2)
+  seen = []
+  trainer.evaluate = lambda step: seen.append(
+      (step, tf.train.latest_checkpoint(str(tmp_path)))) or {}
+  trainer.train()
+  assert [(step, path.rsplit("/", 1)[-1]) for step, path in seen] == [
+      (2, "ckpt-2"), (4, "ckpt-4")]
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+  make_trainer(tmp_path, train_steps=2, checkpoint_every_steps=1).train()
+  good = tf.train.latest_checkpoint(str(tmp_path))
+  # Step 3's loss and gradient are finite; the update it makes is not.
+  exploding = make_trainer(tmp_path, overrides="learning_rate_scale=1e45",
+                           train_steps=5, checkpoint_every_steps=1)
+  with pytest.raises(trainer_lib.NonFiniteLossError) as error:
+    exploding.train()
+  assert str(error.value).startswith(
+      "step 3: the update made weights or optimizer slots non-finite (not "
+      f"saved); stopping. The last good checkpoint is {good}")
+  assert "--allow_recipe_change" in str(error.value)
+  assert tf.train.latest_checkpoint(str(tmp_path)) == good
+  assert not tf.io.gfile.glob(str(tmp_path / "ckpt-3*"))
+
+
+def test_stray_files_of_a_killed_save_are_removed(tmp_path, caplog):
+  make_trainer(tmp_path, train_steps=1).train()
+  (tmp_path / "ckpt-7_temp").mkdir()
+  (tmp_path / "ckpt-7_temp" / "part-00000-of-00001.index").write_text("x")
+  for name in ("checkpoint.tmp0123abcd", "config.json.tmp", "notes_temp",
+               "my.tmp.txt"):
+    (tmp_path / name).write_text("x")
+  caplog.set_level("INFO")
+  make_trainer(tmp_path, train_steps=2).train()
+  for name in ("ckpt-7_temp", "checkpoint.tmp0123abcd", "config.json.tmp"):
+    assert not (tmp_path / name).exists()
+    assert any(f"removed {tmp_path / name}" in r.getMessage()
+               for r in caplog.records)
+  assert (tmp_path / "notes_temp").exists()  # not ours: kept
+  assert (tmp_path / "my.tmp.txt").exists()
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+
+class _StopAfter:
+  """A StopRequest that is requested once the trainer reaches `step`."""
+
+  def __init__(self, trainer, step):
+    self.trainer, self.step = trainer, step
+    self.signal_name = "SIGTERM"
+
+  @property
+  def requested(self):
+    return self.trainer.step >= self.step
+
+
+def test_a_stop_request_saves_at_the_step_boundary(tmp_path):
+  trainer = make_trainer(tmp_path, train_steps=10, checkpoint_every_steps=100,
+                         eval_every_steps=3)
+  evaluated = []
+  trainer.evaluate = lambda step: evaluated.append(step) or {}
+  result = trainer.train(_StopAfter(trainer, 3))
+  assert result["step"] == 3 and result["stopped_by"] == "SIGTERM"
+  assert result["checkpoint"].endswith("ckpt-3")
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
+  assert evaluated == []  # stopping skips the evaluation that was due

@@ -14,6 +14,12 @@ import json
 from typing import Optional
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+# What a checkpoint's weights are made for; every other field is the training
+# recipe, runtime or decoding, which a resumed run may change.
+ARCHITECTURE_FIELDS = ("vocab_size", "num_layers", "d_model", "d_ff",
+                       "num_heads", "d_k", "d_v", "positional_encoding",
+                       "max_length", "share_embeddings", "norm_position",
+                       "layer_norm_epsilon")
 NORM_POSITIONS = ("post", "pre")
 
 

@@ -23,6 +23,12 @@ RUN_FILES = ("config.json", "vocabulary.model", "data_spec.json",
              "data_stats.json")
 
 
+# What a save killed midway leaves: TensorFlow's shard folder, its atomic
+# write of the index file, and run_dir's atomic writes.
+STRAY_PATTERNS = ("ckpt-*_temp", "checkpoint.tmp*", "*.json.tmp",
+                  "train_flags.txt.tmp")
+
+
 class CheckpointError(RuntimeError):
   """No usable checkpoint, or too few to average."""
 
@@ -63,8 +69,22 @@ class Checkpointer:
       if i:
         logging.warning("resumed from %s, %d newer checkpoint(s) unreadable",
                         path, i)
+      self.last_save_step = int(path.rsplit("-", 1)[-1])
       return path
     return None
+
+  def remove_stray_files(self):
+    """Deletes what a save killed midway leaves (`STRAY_PATTERNS`); only a
+    run that holds the directory's lock may call this. Returns the paths."""
+    stray = [path for pattern in STRAY_PATTERNS for path in
+             tf.io.gfile.glob(os.path.join(self.directory, pattern))]
+    for path in stray:
+      if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+      else:
+        tf.io.gfile.remove(path)
+      logging.info("removed %s, left by a save that was killed midway", path)
+    return stray
 
   def latest(self):
     """The newest complete checkpoint in the run directory, or None."""
@@ -85,9 +105,6 @@ class Checkpointer:
     if not self.is_chief:
       shutil.rmtree(self.manager.directory, ignore_errors=True)
     return path
-
-  def maybe_save(self, step):
-    return self.save(step) if self.due(step) else None
 
 
 def checkpoint_paths(model_dir):

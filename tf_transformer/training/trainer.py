@@ -11,7 +11,11 @@ short batches too much.
 
 Nothing is lost: checkpoints hold the model, the optimizer (slots, step) and
 the input position (epoch, batches read in it); each epoch's order is fixed by
-the seed, so a resumed run reads exactly the batches it had not read.
+the seed, so a resumed run reads exactly the batches it had not read. A step
+that is due for both saves first and evaluates after, so a kill during
+evaluation loses nothing; a checkpoint is written only when every weight and
+optimizer slot is finite; a `StopRequest` (SIGTERM, Ctrl-C) saves at the next
+step boundary and returns.
 """
 
 import dataclasses
@@ -26,6 +30,7 @@ from absl import logging
 
 from tf_transformer import evaluation
 from tf_transformer.data import batching
+from tf_transformer.data import errors
 from tf_transformer.data import sources
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.greedy import greedy_search
@@ -42,7 +47,13 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 class NonFiniteLossError(RuntimeError):
-  """The loss or the gradients became NaN or Inf."""
+  """The loss, the gradients or the weights became NaN or Inf."""
+
+
+RECOVERY_ADVICE = (
+    "lower the learning rate and resume with the same weights "
+    "(--allow_recipe_change --hparams=learning_rate_scale=0.5), start again "
+    "in a new --model_dir, or check the data")
 
 
 @dataclasses.dataclass
@@ -99,6 +110,10 @@ class Trainer:
         batch_in_epoch=self.batch_in_epoch)
     self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
     self._build_steps()
+    floats = [v for v in self.model.weights + self.optimizer.variables
+              if tf.as_dtype(v.dtype).is_floating]
+    self._all_finite = tf.function(lambda: tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(v)) for v in floats]))
 
   @property
   def step(self) -> int:
@@ -242,6 +257,12 @@ class Trainer:
     self._greedy = tf.function(lambda ids: greedy_search(
         self.model, ids, self.config.max_decode_length_offset))
 
+    @tf.function
+    def any_worker(flag):
+      return strategy.reduce(SUM, strategy.run(lambda: tf.identity(flag)),
+                             axis=None)
+    self._any_worker = any_worker
+
   def _compile_steps(self, batch_spec=None):
     """tf.functions of the steps. With the distributed dataset's element
     spec (dimensions None), each traces once whatever the bucket shapes;
@@ -309,9 +330,14 @@ class Trainer:
 
   # ---- the loop -----------------------------------------------------------
 
-  def train(self):
-    """Trains to `train_steps`, resuming from the newest checkpoint."""
+  @errors.unwrapped()  # tf.data wraps the readers' DataErrors
+  def train(self, stop=None):
+    """Trains to `train_steps`, resuming from the newest checkpoint, or
+    until `stop.requested` (an `interruption.StopRequest`): then saves at
+    that step boundary and returns with `stopped_by` set."""
     o = self.options
+    if self.is_chief:
+      self.checkpointer.remove_stray_files()
     restored = self.checkpointer.restore()
     if restored:
       logging.info("resumed from %s at step %d (epoch %d, batch %d)",
@@ -326,16 +352,13 @@ class Trainer:
     run_start, start_step = time.time(), self.step
     history = []
     metrics = {}
-    while self.step < o.train_steps:
+    stopping = self._stop_agreed(stop)
+    while self.step < o.train_steps and not stopping:
       loss_sum, nll_sum, tokens, source_tokens, norm = self.train_one_step()
       step = self.step
       loss = loss_sum / max(tokens, 1.0)
       if not (math.isfinite(loss) and math.isfinite(norm)):
-        raise NonFiniteLossError(
-            f"step {step}: loss={loss} gradient_norm={norm}; stopping. The "
-            f"last good checkpoint is {self.checkpointer.latest()}"
-            " (a restart resumes from it); lower the learning rate "
-            "(--hparams=learning_rate_scale=0.5) or check the data")
+        raise self._non_finite(step, f"loss={loss} gradient_norm={norm}")
       history.append(loss)
       window += [loss_sum, nll_sum, tokens, source_tokens, norm]
       window_steps += 1
@@ -343,13 +366,45 @@ class Trainer:
         self._log(step, window, window_steps, time.time() - window_start,
                   (time.time() - run_start) / max(step - start_step, 1))
         window, window_start, window_steps = np.zeros(5), time.time(), 0
-      if o.eval_every_steps and step % o.eval_every_steps == 0:
+      stopping = self._stop_agreed(stop)
+      if stopping or self.checkpointer.due(step):
+        self.save(step)  # before evaluating: a kill there loses nothing
+      if o.eval_every_steps and step % o.eval_every_steps == 0 and (
+          not stopping):
         metrics = self.evaluate(step)
-      self.checkpointer.maybe_save(step)
-    self.checkpointer.save(self.step)
+    self.save(self.step)
     fingerprint = sum(float(np.sum(np.abs(w))) for w in self.model.get_weights())
     return {"step": self.step, "losses": history, "dev": metrics,
-            "weights_fingerprint": fingerprint}
+            "weights_fingerprint": fingerprint,
+            "stopped_by": (stop and stop.signal_name or
+                           "a signal to another worker") if stopping else None,
+            "checkpoint": self.checkpointer.latest()}
+
+  def save(self, step):
+    """Checkpoints `step` unless it is saved already or the weights or
+    optimizer slots hold a NaN or Inf (then raises: never saved)."""
+    if step == 0 or step == self.checkpointer.last_save_step:
+      return
+    if not bool(self._all_finite()):
+      raise self._non_finite(step, "the update made weights or optimizer "
+                             "slots non-finite (not saved)")
+    self.checkpointer.save(step)
+
+  def _non_finite(self, step, what):
+    latest = self.checkpointer.latest()
+    where = (f"The last good checkpoint is {latest} (a restart resumes from "
+             "it)" if latest else "No checkpoint was saved yet")
+    return NonFiniteLossError(f"step {step}: {what}; stopping. {where}; "
+                              + RECOVERY_ADVICE)
+
+  def _stop_agreed(self, stop):
+    """Whether to stop now; under MultiWorkerMirroredStrategy, whether any
+    worker was asked to (all must save the same step together)."""
+    requested = stop is not None and stop.requested
+    if not isinstance(self.strategy,
+                      tf.distribute.MultiWorkerMirroredStrategy):
+      return requested
+    return float(self._any_worker(tf.constant(float(requested)))) > 0
 
   def _log(self, step, window, steps, seconds, seconds_per_step):
     loss_sum, nll_sum, tokens, source_tokens, norm = window

@@ -1,0 +1,147 @@
+"""bin/train.py under what clusters and users do: SIGTERM and Ctrl-C save at
+the next step boundary and exit 143 / 130, on one device, under
+MirroredStrategy and across two workers; a second run on the same
+--model_dir is refused while the first lives; a NaN's advice works."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+from conftest import REPO
+from test_train_script import TINY, _env, _free_ports, _train_command
+
+LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
+        "--eval_every_steps=0", "--log_every_steps=1"]
+
+
+def _start(model_dir, log, *args, env=None):
+  """A training process whose stderr goes to `log` (a pipe left unread
+  would block it)."""
+  return subprocess.Popen(_train_command(model_dir, *args),
+                          stdout=subprocess.PIPE, stderr=open(log, "w"),
+                          text=True, env=env or _env())
+
+
+def _wait_for_step(log, step, timeout=300):
+  """The highest step logged once `step` is reached."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    steps = [int(s) for s in re.findall(r"step (\d+)/\d+ loss",
+                                        open(log).read())]
+    if steps and max(steps) >= step:
+      return max(steps)
+    time.sleep(0.2)
+  raise AssertionError(f"training did not reach step {step}: "
+                       + open(log).read()[-2000:])
+
+
+def _saved_step(model_dir):
+  return int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+
+
+def test_sigterm_saves_at_the_next_step_and_a_second_run_is_refused(
+    tmp_path):
+  model_dir, log = tmp_path / "run", tmp_path / "first.log"
+  first = _start(model_dir, log, *LONG)
+  _wait_for_step(log, 5)
+  second = subprocess.run(_train_command(model_dir, *LONG),
+                          capture_output=True, text=True, env=_env(),
+                          timeout=300)
+  assert second.returncode == 4, second.stderr[-3000:]
+  assert (f"train: error: {model_dir} is in use by another training run (pid "
+          f"{first.pid} on host ") in second.stderr
+  assert "Traceback" not in second.stderr
+  assert first.poll() is None  # the first run goes on
+
+  seen = _wait_for_step(log, 1)
+  first.send_signal(signal.SIGTERM)
+  out, _ = first.communicate(timeout=120)
+  assert first.returncode == 143, open(log).read()[-3000:]
+  saved = _saved_step(model_dir)
+  assert seen <= saved <= seen + 2  # the step running when signalled
+  assert out.strip() == (f"stopped by SIGTERM at step {saved}; saved "
+                         f"{model_dir}/ckpt-{saved}; the same command resumes")
+  assert "SIGTERM received: stopping after this step" in open(log).read()
+  assert (model_dir / "train.lock").read_text() == ""  # released
+
+  resumed = subprocess.run(
+      _train_command(model_dir, *LONG[1:], f"--train_steps={saved + 2}"),
+      capture_output=True, text=True, env=_env(), timeout=300)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"resumed from {model_dir}/ckpt-{saved} at step {saved} " in \
+      resumed.stderr
+  assert f"trained to step {saved + 2}" in resumed.stdout
+
+
+def test_ctrl_c_under_mirrored_strategy_saves_and_exits_130(tmp_path):
+  model_dir, log = tmp_path / "run", tmp_path / "train.log"
+  process = _start(model_dir, log, *LONG, "--distribution=mirrored",
+                   "--cpu_devices=2")
+  seen = _wait_for_step(log, 3)
+  process.send_signal(signal.SIGINT)
+  out, _ = process.communicate(timeout=120)
+  assert process.returncode == 130, open(log).read()[-3000:]
+  saved = _saved_step(model_dir)
+  assert seen <= saved <= seen + 2
+  assert out.startswith(f"stopped by SIGINT at step {saved}; saved")
+  assert "Traceback" not in open(log).read()
+
+
+def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+  processes = []
+  for index in range(2):
+    env = dict(_env(), TF_CONFIG=json.dumps(
+        {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+    processes.append(_start(tmp_path / "run", tmp_path / f"worker{index}.log",
+                            "--distribution=multi_worker", *LONG, env=env))
+  _wait_for_step(tmp_path / "worker1.log", 3)
+  processes[1].send_signal(signal.SIGTERM)
+  outputs = [p.communicate(timeout=300)[0] for p in processes]
+  for index, process in enumerate(processes):
+    assert process.returncode == 143, open(
+        tmp_path / f"worker{index}.log").read()[-3000:]
+  saved = _saved_step(tmp_path / "run")
+  assert outputs[1].startswith(f"stopped by SIGTERM at step {saved}")
+  assert outputs[0].startswith(
+      f"stopped by a signal to another worker at step {saved}")
+
+
+def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
+  model_dir = tmp_path / "run"
+  args = ["--checkpoint_every_steps=1", "--eval_every_steps=0"]
+
+  def train(*more):
+    return subprocess.run(_train_command(model_dir, *args, *more),
+                          capture_output=True, text=True, env=_env(),
+                          timeout=300)
+
+  assert train("--train_steps=2").returncode == 0
+  refused = train("--train_steps=4", "--hparams=learning_rate_scale=1e45")
+  assert refused.returncode == 1
+  assert "--allow_recipe_change" in refused.stderr
+  assert "flags:" not in refused.stderr  # one line, not the whole --help
+  exploded = train("--train_steps=4", "--hparams=learning_rate_scale=1e45",
+                   "--allow_recipe_change")
+  assert exploded.returncode == 3, exploded.stderr[-3000:]
+  assert (f"train: step 3: the update made weights or optimizer slots "
+          f"non-finite (not saved); stopping. The last good checkpoint is "
+          f"{model_dir}/ckpt-2") in exploded.stderr
+  assert _saved_step(model_dir) == 2
+  # The advice: the same weights, a lower learning rate.
+  recovered = train("--train_steps=4", "--hparams=learning_rate_scale=0.5",
+                    "--allow_recipe_change")
+  assert recovered.returncode == 0, recovered.stderr[-3000:]
+  assert f"resumed from {model_dir}/ckpt-2 at step 2 " in recovered.stderr
+  assert json.loads((model_dir / "config.json").read_text())[
+      "learning_rate_scale"] == 0.5
+  architecture = train("--train_steps=5", "--hparams=d_ff=64",
+                       "--allow_recipe_change")
+  assert architecture.returncode == 1
+  assert "'d_ff'" in architecture.stderr
