@@ -13,6 +13,8 @@ from absl import app
 from absl import flags
 
 from tf_transformer import evaluation
+from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import translator_flags
 from tf_transformer.decoding.translator import one_line
 
@@ -25,22 +27,22 @@ flags.DEFINE_bool("paper_bleu", False, "Also print the paper-style score.")
 flags.mark_flags_as_required(["source", "reference"])
 
 
-def _lines(path):
-  with open(path, encoding="utf-8") as f:
-    return [line.rstrip("\r\n") for line in f]
-
-
 def main(argv):
   del argv
   try:
-    sources, references = _lines(FLAGS.source), _lines(FLAGS.reference)
+    sources, references = read_lines(FLAGS.source), read_lines(
+        FLAGS.reference)
     if len(sources) != len(references):
-      raise ValueError(f"{FLAGS.source} has {len(sources)} lines but "
-                       f"{FLAGS.reference} has {len(references)}")
+      raise DataError(f"{FLAGS.source} has {len(sources)} lines but "
+                      f"{FLAGS.reference} has {len(references)}; the files "
+                      "must be line-aligned")
     translator = translator_flags.make_translator()
     hypotheses = [h[0][0] for h in translator.translate(
         sources, 1, FLAGS.batch_size)]
     scores = evaluation.score(hypotheses, references, FLAGS.paper_bleu)
+  except DataError as e:
+    print(f"evaluate: error: {e}", file=sys.stderr)
+    return 2
   except (OSError, ValueError) as e:
     print(f"evaluate: error: {e}", file=sys.stderr)
     return 1

@@ -123,9 +123,14 @@ def test_usage_errors(models, tmp_path):
   reference.write_text("x\n")
   mismatch = run_script("evaluate.py", f"--model={exported}",
                         f"--source={source}", f"--reference={reference}")
-  assert mismatch.returncode == 1
+  assert mismatch.returncode == 2
   assert "has 2 lines but" in mismatch.stderr and "has 1" in mismatch.stderr
   assert "Traceback" not in mismatch.stderr
+  reference.write_bytes(b"x\ncaf\xe9\n")
+  bad_utf8 = run_script("evaluate.py", f"--model={exported}",
+                        f"--source={source}", f"--reference={reference}")
+  assert bad_utf8.returncode == 2
+  assert f"evaluate: error: {reference}:2: invalid UTF-8" in bad_utf8.stderr
 
 
 def test_a_translation_with_line_breaks_stays_on_its_line():
