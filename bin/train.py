@@ -135,34 +135,30 @@ def _prepare_run_dir(config, spec, chief):
 
 
 def _resumed_config(config, model_dir, chief):
-  """The saved run's config, with the asked recipe if allowed."""
+  """The saved run's config, with the asked runtime (and, if allowed,
+  training recipe) fields."""
   saved = run_dir.load_config(model_dir)
-  vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
-  wanted = config.replace(vocab_size=saved.vocab_size).to_dict()
-  diff = {k: (v, wanted[k]) for k, v in saved.to_dict().items()
-          if k not in ("xla_attention", "train_steps") and wanted[k] != v}
+  asked = config.replace(vocab_size=saved.vocab_size).to_dict()
+  may_change = {"xla_attention", "train_steps"}
   if FLAGS.allow_recipe_change:
-    diff = {k: v for k, v in diff.items()
-            if k in config_lib.ARCHITECTURE_FIELDS}
+    may_change |= set(asked) - set(config_lib.ARCHITECTURE_FIELDS)
+  diff = {k: (v, asked[k]) for k, v in saved.to_dict().items()
+          if k not in may_change and asked[k] != v}
   if diff:
     fix = ("" if FLAGS.allow_recipe_change else
            "; to change only the training recipe and keep the weights, add "
            "--allow_recipe_change")
     raise ValueError(
-        f"--model_dir={model_dir} holds a run with another model (saved, "
+        f"--model_dir={model_dir} holds a run with other hparams (saved, "
         f"asked): {diff}: resume with the same flags or use a new "
         f"--model_dir{fix}")
-  resumed = saved.replace(**{k: wanted[k] for k in wanted
-                             if k not in config_lib.ARCHITECTURE_FIELDS}
-                          ) if FLAGS.allow_recipe_change else saved.replace(
-                              xla_attention=config.xla_attention,
-                              train_steps=config.train_steps)
+  resumed = saved.replace(**{k: asked[k] for k in may_change})
   if FLAGS.allow_recipe_change and resumed != saved and chief:
-    changed = {k: (v, resumed.to_dict()[k])
-               for k, v in saved.to_dict().items() if resumed.to_dict()[k] != v}
-    logging.info("--allow_recipe_change: resuming with %s (was, now)", changed)
+    logging.info("--allow_recipe_change: resuming with %s (was, now)", {
+        k: (v, asked[k]) for k, v in saved.to_dict().items()
+        if k in may_change and asked[k] != v})
     run_dir.save(model_dir, resumed, flags_text=FLAGS.flags_into_string())
-  return resumed, vocabulary
+  return resumed, vocabulary_lib.Vocabulary.load(model_dir)
 
 
 def main(argv):
