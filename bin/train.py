@@ -201,8 +201,10 @@ def main(argv):
     return _fail("stopped at once by a second Ctrl-C, unsaved; the same "
                  "command resumes from the last checkpoint", 130)
   if result["stopped_by"]:
+    saved = (f"saved {result['checkpoint']}" if result["checkpoint"] else
+             "nothing trained to save yet")
     print(f"stopped by {result['stopped_by']} at step {result['step']}; "
-          f"saved {result['checkpoint']}; the same command resumes")
+          f"{saved}; the same command resumes")
     return stop.exit_status or 128 + signal.SIGTERM  # another worker's
   losses = result["losses"]
   if losses:

@@ -4,17 +4,15 @@ MirroredStrategy and across two workers; a second run on the same
 --model_dir is refused while the first lives; a NaN's advice works."""
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
+import pytest
 import tensorflow as tf
 
-from conftest import REPO
-from test_train_script import TINY, _env, _free_ports, _train_command
+from test_train_script import _env, _free_ports, _train_command
 
 LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
         "--eval_every_steps=0", "--log_every_steps=1"]
@@ -145,3 +143,15 @@ def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
                        "--allow_recipe_change")
   assert architecture.returncode == 1
   assert "'d_ff'" in architecture.stderr
+
+
+def test_a_second_ctrl_c_stops_at_once_and_sigterm_repeats_are_ignored():
+  from tf_transformer.training.interruption import StopRequest  # pylint: disable=g-import-not-at-top
+  stop = StopRequest()
+  assert not stop.requested and stop.exit_status == 0
+  stop._handle(signal.SIGTERM, None)  # pylint: disable=protected-access
+  stop._handle(signal.SIGTERM, None)  # pylint: disable=protected-access
+  assert stop.requested and stop.signal_name == "SIGTERM"
+  assert stop.exit_status == 143
+  with pytest.raises(KeyboardInterrupt):
+    stop._handle(signal.SIGINT, None)  # pylint: disable=protected-access
