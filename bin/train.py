@@ -209,7 +209,7 @@ def main(argv):
   losses = result["losses"]
   if losses:
     print(f"trained to step {result['step']}: loss {losses[0]:.4f} (first "
-          f"step of this run) -> {losses[-1]:.4f} (last)")
+          f"step of this run) -> {losses[-1]:.4f} (last step)")
   else:
     print(f"already trained to step {result['step']}: nothing to do")
   if result["dev"]:

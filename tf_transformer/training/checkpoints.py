@@ -23,6 +23,10 @@ RUN_FILES = ("config.json", "vocabulary.model", "data_spec.json",
              "data_stats.json")
 
 
+# TensorFlow logs this at INFO on every save; say what was saved instead.
+logging.get_absl_logger().addFilter(
+    lambda record: not str(record.msg).startswith("Sharding callback"))
+
 # What a save killed midway leaves: TensorFlow's shard folder, its atomic
 # write of the index file, and run_dir's atomic writes.
 STRAY_PATTERNS = ("ckpt-*_temp", "checkpoint.tmp*", "*.json.tmp",
@@ -102,7 +106,9 @@ class Checkpointer:
       return None
     path = self.manager.save(checkpoint_number=step)
     self.last_save_time, self.last_save_step = time.time(), step
-    if not self.is_chief:
+    if self.is_chief:
+      logging.info("saved %s", path)
+    else:
       shutil.rmtree(self.manager.directory, ignore_errors=True)
     return path
 

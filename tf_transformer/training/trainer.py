@@ -139,8 +139,6 @@ class Trainer:
     batch, (epoch, index) = next(self._iterator)
     local = self.strategy.experimental_local_results
     epoch, index = int(local(epoch)[-1]), int(local(index)[-1])
-    if epoch != int(self.epoch.numpy()):
-      logging.info("epoch %d begins", epoch)
     self.epoch.assign(epoch)
     self.batch_in_epoch.assign(index + 1)
     return batch
@@ -417,9 +415,10 @@ class Trainer:
     tokens_per_sec = (tokens + source_tokens) / max(seconds, 1e-9)
     eta = int(seconds_per_step * (self.options.train_steps - step))
     logging.info(
-        "step %d/%d loss %.4f lr %.3g tokens/s %s ETA %d:%02d:%02d", step,
-        self.options.train_steps, loss, learning_rate,
-        f"{tokens_per_sec:,.0f}", eta // 3600, eta // 60 % 60, eta % 60)
+        "step %d/%d loss %.4f lr %.3g tokens/s %s ETA %d:%02d:%02d epoch %d",
+        step, self.options.train_steps, loss, learning_rate,
+        f"{tokens_per_sec:,.0f}", eta // 3600, eta // 60 % 60, eta % 60,
+        int(self.epoch.numpy()))
     self.summaries.scalars("train", step, {
         "loss": loss, "perplexity": math.exp(min(nll_sum / max(tokens, 1), 50)),
         "learning_rate": learning_rate, "tokens_per_sec": tokens_per_sec,
