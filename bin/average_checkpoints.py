@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Averages the model variables of a run's last N checkpoints (section 6.1:
+r"""Averages the model variables of a run's last N checkpoints (section 6.1:
 5 for base, 20 for big) into a new model directory that export and
 translate accept. Optimizer slots and the step are not averaged.
 
@@ -9,9 +9,9 @@ translate accept. Optimizer slots and the step are not averaged.
 
 import sys
 
-from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer import model as model_lib
 from tf_transformer.training import run_dir
 from tf_transformer.training.checkpoints import CheckpointError
@@ -43,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measures training and decoding speed on this machine; prints a table
+r"""Measures training and decoding speed on this machine; prints a table
 and writes the figures, the machine, the versions and the flags as JSON.
 
   bin/benchmark.py --config=base --output=benchmark.json

@@ -9,9 +9,9 @@ under that name.
 
 import sys
 
-from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer import evaluation
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
@@ -60,4 +60,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -11,10 +11,10 @@ offset unless the decoding flags say otherwise (--decoding=greedy, or
 
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
+from tf_transformer import command
 from tf_transformer.decoding import translator_flags
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_dir
@@ -54,4 +54,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -7,6 +7,7 @@
 from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
@@ -40,4 +41,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Translates one sentence and writes PNG heatmaps of the attention of
+r"""Translates one sentence and writes PNG heatmaps of the attention of
 chosen layers and heads, like the paper's Figures 3 to 5.
 
   bin/plot_attention.py --model=saved_models/numbers/1 \
@@ -19,6 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer import plots
 
 FLAGS = flags.FLAGS
@@ -105,4 +106,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the shared SentencePiece vocabulary of a corpus and prints its
+r"""Builds the shared SentencePiece vocabulary of a corpus and prints its
 statistics: pairs, tokens, length percentiles, pairs dropped and why.
 
   bin/prepare_data.py --dataset=numbers --vocab_size=8000 --output_dir=/tmp/numbers
@@ -17,9 +17,9 @@ import json
 import os
 import sys
 
-from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer.data import data_flags
 from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import sources
@@ -107,4 +107,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Translates sentences, one per line from stdin or --input, with a running
+r"""Translates sentences, one per line from stdin or --input, with a running
 TensorFlow Serving that serves an export of bin/export.py.
 
   bin/serving_client.py --server=localhost:8501 --model_name=numbers < in.txt
@@ -14,9 +14,9 @@ for --signature=nbest `INDEX ||| TEXT ||| SCORE`.
 
 import sys
 
-from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer.decoding.translator import output_lines
 from tf_transformer.serving import client
 
@@ -61,4 +61,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

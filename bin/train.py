@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains a Transformer (section 5) on one device, all GPUs of a machine, or
+r"""Trains a Transformer (section 5) on one device, all GPUs of a machine, or
 several machines.
 
   bin/train.py --config=tiny --dataset=numbers --model_dir=/tmp/numbers \
@@ -24,6 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tf_transformer import command
 from tf_transformer import config as config_lib
 from tf_transformer.data import data_flags
 from tf_transformer.data import prepare as prepare_lib
@@ -247,4 +248,4 @@ def _fail(message, status):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

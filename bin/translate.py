@@ -9,9 +9,9 @@ With --nbest=N, each input gets N lines `INDEX ||| TRANSLATION ||| SCORE`.
 
 import sys
 
-from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer.decoding import translator_flags
 from tf_transformer.decoding.translator import output_lines
 
@@ -43,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

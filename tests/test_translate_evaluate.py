@@ -111,6 +111,10 @@ def test_paper_bleu_splits_compounds():
 
 def test_usage_errors(models, tmp_path):
   model_dir, exported = models
+  helped = run_script("translate.py", "--help")
+  assert helped.returncode == 0
+  for flag in ("--model", "--model_dir", "--beam_size", "--alpha"):
+    assert f"\n  {flag}:" in helped.stdout, flag
   both = run_script("translate.py", f"--model={exported}",
                     f"--model_dir={model_dir}", input_text="seven\n")
   assert both.returncode != 0
