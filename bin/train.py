@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -166,16 +165,16 @@ def main(argv):
   del argv
   stop = interruption.StopRequest().install()
   if FLAGS.keep_checkpoints < FLAGS.average_checkpoints:
-    raise app.UsageError(
-        f"--keep_checkpoints={FLAGS.keep_checkpoints} is below "
+    return _fail(
+        f"error: --keep_checkpoints={FLAGS.keep_checkpoints} is below "
         f"--average_checkpoints={FLAGS.average_checkpoints}: the checkpoints "
-        "to average would be deleted")
+        "to average would be deleted", 1)
   if FLAGS.distribution == "multi_worker" and (
       FLAGS.checkpoint_every_secs or not FLAGS.checkpoint_every_steps):
-    raise app.UsageError(
-        "--distribution=multi_worker saves checkpoints collectively, so every "
-        "worker must decide alike: pass --checkpoint_every_steps=N and "
-        "--checkpoint_every_secs=0")
+    return _fail(
+        "error: --distribution=multi_worker saves checkpoints collectively, "
+        "so every worker must decide alike: pass --checkpoint_every_steps=N "
+        "and --checkpoint_every_secs=0", 1)
   strategy_lib.split_cpu(FLAGS.cpu_devices)  # before any op
   from tf_transformer.training.trainer import NonFiniteLossError  # pylint: disable=g-import-not-at-top
   try:
