@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Prints a preset's layer table, then `params=<int>` and `flops_per_token=<int>`.
+"""Prints a model's layer table, then `params=<int>` and `flops_per_token=<int>`:
+a preset's, or a trained run's.
 
   bin/model_summary.py --config=base --vocab_size=37000
+  bin/model_summary.py --model_dir=runs/numbers
 """
 
 from absl import app
@@ -11,6 +13,7 @@ from tf_transformer import command
 from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
+from tf_transformer.training import run_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
@@ -18,6 +21,9 @@ flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
 flags.DEFINE_string("hparams", "", "Overrides, e.g. 'd_model=256,num_layers=2'.")
 flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size (default: the "
                      "preset's, 37000 for the paper's English-German).")
+flags.DEFINE_string("model_dir", None, "A trained run (or averaged) "
+                    "directory: summarize its config.json instead of a "
+                    "preset.")
 flags.DEFINE_integer("sequence_length", 32, "Tokens per sentence, source and "
                      "target, for the FLOPs per token.")
 
@@ -25,10 +31,14 @@ flags.DEFINE_integer("sequence_length", 32, "Tokens per sentence, source and "
 def main(argv):
   del argv
   try:
-    config = config_lib.get_config(FLAGS.config, FLAGS.hparams)
+    if FLAGS.model_dir:
+      config = run_dir.load_config(FLAGS.model_dir)
+      print(f"the model of {FLAGS.model_dir}")
+    else:
+      config = config_lib.get_config(FLAGS.config, FLAGS.hparams)
     if FLAGS.vocab_size:
       config = config.replace(vocab_size=FLAGS.vocab_size)
-  except ValueError as e:
+  except (ValueError, FileNotFoundError) as e:
     raise app.UsageError(str(e))
   model = model_lib.build_model(config)
   model.summary()

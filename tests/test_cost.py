@@ -7,7 +7,9 @@ import pytest
 from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
+from tf_transformer.training import run_dir
 from conftest import run_script
+from training_helpers import write_run_dir
 
 
 @pytest.mark.parametrize("name", sorted(config_lib.PRESETS))
@@ -74,6 +76,19 @@ def test_model_summary_script_prints_params_and_flops():
   flops = int(re.fullmatch(r"flops_per_token=(\d+)", lines[-1]).group(1))
   assert flops == cost.flops_per_token(config_lib.get_config("base"))
   assert "encoder" in result.stdout and "decoder" in result.stdout
+
+
+def test_model_summary_script_reads_a_trained_run(tmp_path):
+  model_dir = write_run_dir(tmp_path / "run")
+  result = run_script("model_summary.py", f"--model_dir={model_dir}")
+  assert result.returncode == 0, result.stderr
+  config = run_dir.load_config(str(model_dir))
+  model = model_lib.build_model(config)
+  assert f"params={model.count_params()}" in result.stdout.splitlines()
+  assert f"the model of {model_dir}" in result.stdout
+  missing = run_script("model_summary.py", f"--model_dir={tmp_path}/none")
+  assert missing.returncode != 0
+  assert "not a model directory" in missing.stderr
 
 
 def test_model_summary_script_rejects_bad_hparams():
