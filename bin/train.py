@@ -116,8 +116,8 @@ def _prepare_run_dir(config, spec, chief):
     logging.info("using the vocabulary already in %s", model_dir)
     vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
   else:
-    logging.info("building a %d-piece vocabulary from the training data",
-                 FLAGS.vocab_size)
+    logging.info("building a vocabulary of up to %d pieces from the "
+                 "training data", FLAGS.vocab_size)
     vocabulary = prepare_lib.build_vocabulary(
         spec, FLAGS.vocab_size, FLAGS.vocab_model_type, seed=FLAGS.seed)
     vocabulary.save(model_dir)

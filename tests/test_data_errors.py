@@ -12,6 +12,7 @@ import tensorflow_datasets as tfds
 from tf_transformer.data import batching
 from tf_transformer.data import corpora
 from tf_transformer.data import numbers
+from tf_transformer.data import prepare
 from tf_transformer.data import sources
 from tf_transformer.data import tfds_corpora
 from tf_transformer.data import vocabulary as vocabulary_lib
@@ -138,6 +139,15 @@ def test_vocabulary_survives_set_random_seed(tmp_path):
   before = vocabulary.tokenize("zwei drei").numpy().tolist()
   keras.utils.set_random_seed(5)
   assert vocabulary.tokenize("zwei drei").numpy().tolist() == before
+
+
+def test_a_smaller_vocabulary_than_asked_is_said(caplog):
+  caplog.set_level("INFO")
+  spec = sources.DataSpec(dataset="numbers", numbers_train_size=300)
+  vocabulary = prepare.build_vocabulary(spec, 5000)
+  assert vocabulary.vocab_size < 5000
+  assert any(f"the vocabulary has {vocabulary.vocab_size} pieces, not "
+             "--vocab_size=5000" in r.getMessage() for r in caplog.records)
 
 
 def test_missing_vocabulary_says_how_to_build_one(tmp_path):

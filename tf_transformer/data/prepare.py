@@ -2,6 +2,8 @@
 
 import itertools
 
+from absl import logging
+
 from tf_transformer.data import batching
 from tf_transformer.data import corpora
 from tf_transformer.data import errors
@@ -17,7 +19,12 @@ def build_vocabulary(spec, vocab_size, model_type="bpe",
   proto = vocabulary_lib.train(
       itertools.islice(sentences, 2 * max_sentences), vocab_size, model_type,
       max_sentences, seed)
-  return vocabulary_lib.Vocabulary(proto)
+  vocabulary = vocabulary_lib.Vocabulary(proto)
+  if vocabulary.vocab_size < vocab_size:
+    logging.info("the vocabulary has %d pieces, not --vocab_size=%d: "
+                 "SentencePiece found no more pieces to add in this training "
+                 "text", vocabulary.vocab_size, vocab_size)
+  return vocabulary
 
 
 @errors.unwrapped()  # read through tf.data, which wraps a DataError
