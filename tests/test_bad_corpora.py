@@ -1,7 +1,12 @@
 """Bad corpora on every path a file takes (vocabulary, train, dev, test):
 the user gets the reader's one sentence naming the file and line, never
 tf.data's wrapped traceback or SentencePiece's error with a --vocab_size
-hint; the scripts print it as one line and exit with status 2."""
+hint; the scripts print it as one line and exit with status 2, with nothing
+of TensorFlow's start-up around it."""
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -9,7 +14,7 @@ from tf_transformer.data import corpora
 from tf_transformer.data import prepare
 from tf_transformer.data.errors import DataError
 from tf_transformer.data.sources import DataSpec
-from conftest import run_script
+from conftest import REPO, run_script
 
 GOOD_SOURCE = "".join(f"good sentence {i}\n" for i in range(40))
 GOOD_TARGET = "".join(f"guter Satz {i}\n" for i in range(40))
@@ -99,3 +104,43 @@ def test_scripts_print_one_line_and_exit_2(tmp_path, script, split):
   assert ours[0].endswith("the files must be line-aligned")
   for noise in ("Traceback", "InvalidArgumentError", "--vocab_size", "At:"):
     assert noise not in result.stderr
+
+
+def test_commands_start_quiet_unless_asked(tmp_path):
+  """Without TF_CPP_MIN_LOG_LEVEL, a command's stderr is its own line only:
+  no 'CUDA error' on a machine without a GPU, no oneDNN notice; absl's -v
+  (or the variable) brings TensorFlow's start-up lines back."""
+  spec = _spec(tmp_path, "train", "target_shorter")
+  args = [os.path.join(REPO, "bin", "prepare_data.py"), "--dataset=",
+          f"--train_source={spec.train_source}",
+          f"--train_target={spec.train_target}", f"--output_dir={tmp_path}"]
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  quiet = subprocess.run([sys.executable, *args], capture_output=True,
+                         text=True, env=env, timeout=300)
+  assert quiet.returncode == 2
+  assert quiet.stderr.splitlines() == [
+      line for line in quiet.stderr.splitlines()
+      if line.startswith("prepare_data: error: ")]
+  assert len(quiet.stderr.splitlines()) == 1
+  verbose = subprocess.run([sys.executable, *args, "-v=0"],
+                           capture_output=True, text=True, env=env,
+                           timeout=300)
+  assert "oneDNN custom operations are on" in verbose.stderr
+
+
+def test_start_up_lines_are_filtered_by_severity():
+  from tf_transformer.command import _at_least  # pylint: disable=g-import-not-at-top
+  text = ("a line of Python's own\n"
+          "WARNING: All log messages before absl::InitializeLog() is called "
+          "are written to STDERR\n"
+          "I0000 00:00:17.9 1 port.cc:153] oneDNN custom operations\n"
+          "I0000 00:00:17.9 1 cpu_feature_guard.cc:227] This binary\n"
+          "To enable the following instructions: AVX2\n"
+          "E0000 00:00:17.9 1 cuda_platform.cc:52] failed call to cuInit\n"
+          "  its continuation\n")
+  assert _at_least(text, 3) == "a line of Python's own\n"
+  assert _at_least(text, 2) == (
+      "a line of Python's own\n"
+      "E0000 00:00:17.9 1 cuda_platform.cc:52] failed call to cuInit\n"
+      "  its continuation\n")
+  assert _at_least(text, 0) == text.replace(text.splitlines(True)[1], "")

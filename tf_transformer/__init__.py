@@ -13,10 +13,18 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from tf_transformer.config import PRESETS
 from tf_transformer.config import TransformerConfig
 from tf_transformer.config import get_config
-from tf_transformer.model import Transformer
-from tf_transformer.model import build_model
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+  """`Transformer` and `build_model` import TensorFlow on first use, so that
+  `tf_transformer.command` can quiet TensorFlow's start-up before it loads."""
+  if name in ("Transformer", "build_model"):
+    from tf_transformer import model
+    return getattr(model, name)
+  raise AttributeError(f"module 'tf_transformer' has no attribute {name!r}")
+
 
 __all__ = ["PRESETS", "Transformer", "TransformerConfig", "build_model",
            "get_config"]

@@ -1,5 +1,13 @@
-"""How every bin/ command runs: absl's `app.run`, with two fixes for users.
+"""How every bin/ command runs: absl's `app.run`, with three fixes for users.
 
+- A quiet start. Importing this module (each bin/ script does so before any
+  other package module) raises TensorFlow's C++ log level to 3 unless
+  TF_CPP_MIN_LOG_LEVEL is set or absl's --verbosity / -v is given, and then
+  imports TensorFlow: its "failed call to cuInit: CUDA error" on a machine
+  without a GPU reads as a failure to a user. The lines TensorFlow prints
+  while it loads, before its logging is set up (oneDNN and CUDA notices),
+  ignore that level; they are captured and only those at or above it are
+  passed on.
 - `--help` lists every flag the command reads. absl shows only the main
   module's flags there (the data and decoding flags, defined in shared
   modules, hid behind `--helpfull` among absl's and TensorFlow's own); here
@@ -8,12 +16,66 @@
   asking for help is not an error; absl exits 1.
 """
 
+import os
+import re
 import sys
+import tempfile
 
 from absl import app
 from absl import flags
 
 HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
+# A C++ log line: severity letter I, W, E or F, then the date (MMDD).
+_LOG_LINE = re.compile(r"^([IWEF])\d{4} ")
+_EARLY_BANNER = "WARNING: All log messages before absl::InitializeLog()"
+
+
+def _verbose(args):
+  return any(re.match(r"--?(v|verbosity)(=|$)", arg) for arg in args)
+
+
+def _import_tensorflow_quietly():
+  """Imports TensorFlow, passing on only the start-up lines at or above
+  TF_CPP_MIN_LOG_LEVEL (default 3 here unless --verbosity / -v)."""
+  if "TF_CPP_MIN_LOG_LEVEL" not in os.environ and not _verbose(sys.argv[1:]):
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+  level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL") or 0)
+  if level <= 0 or "tensorflow" in sys.modules:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import,redefined-outer-name
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      sys.stderr.write(_at_least(captured.read().decode("utf-8", "replace"),
+                                 level))
+      sys.stderr.flush()
+
+
+def _at_least(text, level):
+  """The lines of `text` whose C++ log severity is at least `level` (a
+  message's unprefixed continuation lines go with it), and the lines before
+  the first log line; never absl's banner about early messages."""
+  kept, keep = [], True
+  for line in text.splitlines(keepends=True):
+    match = _LOG_LINE.match(line)
+    if match:
+      keep = "IWEF".index(match.group(1)) >= level
+    elif line.startswith(_EARLY_BANNER):
+      keep = False
+      continue
+    if keep:
+      kept.append(line)
+  return "".join(kept)
+
+
+_import_tensorflow_quietly()
 
 
 def run(main):
