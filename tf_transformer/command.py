@@ -16,6 +16,7 @@
   asking for help is not an error; absl exits 1.
 """
 
+import contextlib
 import os
 import re
 import sys
@@ -40,15 +41,24 @@ def _import_tensorflow_quietly():
   if "TF_CPP_MIN_LOG_LEVEL" not in os.environ and not _verbose(sys.argv[1:]):
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
   level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL") or 0)
-  if level <= 0 or "tensorflow" in sys.modules:
+  with _stderr_filtered(level) if level > 0 else contextlib.nullcontext():
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-    return
+
+
+@contextlib.contextmanager
+def _stderr_filtered(level):
+  """Captures file descriptor 2 (C++ writes there, not to sys.stderr) while
+  the block runs, then writes back `_at_least(level)` of it."""
   sys.stderr.flush()
-  saved = os.dup(2)
+  try:
+    saved = os.dup(2)
+  except OSError:  # no stderr to protect
+    yield
+    return
   with tempfile.TemporaryFile() as captured:
     os.dup2(captured.fileno(), 2)
     try:
-      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import,redefined-outer-name
+      yield
     finally:
       os.dup2(saved, 2)
       os.close(saved)
