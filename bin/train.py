@@ -142,8 +142,9 @@ def _resumed_config(config, model_dir, chief):
   may_change = {"xla_attention", "train_steps"}
   if FLAGS.allow_recipe_change:
     may_change |= set(asked) - set(config_lib.ARCHITECTURE_FIELDS)
-  diff = {k: (v, asked[k]) for k, v in saved.to_dict().items()
-          if k not in may_change and asked[k] != v}
+  changed = {k: (v, asked[k]) for k, v in saved.to_dict().items()
+             if asked[k] != v}  # (saved, asked)
+  diff = {k: v for k, v in changed.items() if k not in may_change}
   if diff:
     fix = ("" if FLAGS.allow_recipe_change else
            "; to change only the training recipe and keep the weights, add "
@@ -154,9 +155,8 @@ def _resumed_config(config, model_dir, chief):
         f"--model_dir{fix}")
   resumed = saved.replace(**{k: asked[k] for k in may_change})
   if FLAGS.allow_recipe_change and resumed != saved and chief:
-    logging.info("--allow_recipe_change: resuming with %s (was, now)", {
-        k: (v, asked[k]) for k, v in saved.to_dict().items()
-        if k in may_change and asked[k] != v})
+    logging.info("--allow_recipe_change: resuming with %s (was, now)",
+                 changed)
     run_dir.save(model_dir, resumed, flags_text=FLAGS.flags_into_string())
   return resumed, vocabulary_lib.Vocabulary.load(model_dir)
 

@@ -73,7 +73,7 @@ class Checkpointer:
       if i:
         logging.warning("resumed from %s, %d newer checkpoint(s) unreadable",
                         path, i)
-      self.last_save_step = int(path.rsplit("-", 1)[-1])
+      self.last_save_step = step_of(path)
       return path
     return None
 
@@ -113,6 +113,11 @@ class Checkpointer:
     return path
 
 
+def step_of(path):
+  """The step a checkpoint path was saved at: .../ckpt-1200 -> 1200."""
+  return int(path.rsplit("-", 1)[-1])
+
+
 def checkpoint_paths(model_dir):
   state = tf.train.get_checkpoint_state(model_dir)
   return list(state.all_model_checkpoint_paths) if state else []
@@ -145,6 +150,6 @@ def average_checkpoints(model, model_dir, num_checkpoints, output_dir):
     source = os.path.join(model_dir, name)
     if tf.io.gfile.exists(source):
       tf.io.gfile.copy(source, os.path.join(output_dir, name), overwrite=True)
-  step = int(chosen[-1].rsplit("-", 1)[-1])
+  step = step_of(chosen[-1])
   manager = tf.train.CheckpointManager(checkpoint, output_dir, max_to_keep=1)
   return manager.save(checkpoint_number=step), chosen
