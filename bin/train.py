@@ -44,6 +44,9 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and the run's "
                     "config and vocabulary.")
 flags.DEFINE_integer("train_steps", None, "Optimizer updates (default: the "
                      "preset's, 100k for base, 300k for big).")
+flags.DEFINE_float("train_minutes", None, "Stop after this many minutes of "
+                   "training (counted over resumes; --train_steps still "
+                   "bounds it), with a checkpoint.")
 flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global batch "
                      "(default: the preset's, 25000 as in the paper).")
 flags.DEFINE_enum("distribution", "one_device", list(strategy_lib.DISTRIBUTIONS),
@@ -76,8 +79,11 @@ flags.DEFINE_integer("eval_max_sentences", 200, "Dev sentences translated for "
 flags.DEFINE_integer("log_every_steps", 100, "Progress line period.")
 flags.DEFINE_bool("log_gradient_norm", True, "Measure the aggregated gradient "
                   "norm (one more all-reduce per step with several devices).")
-flags.DEFINE_integer("vocab_size", 37000, "Shared vocabulary size when the "
-                     "run builds its vocabulary.")
+flags.DEFINE_integer("vocab_size", None, "Shared source-target vocabulary "
+                     "size (default: follows the training pairs: 4000 "
+                     "below 10k, 8000 below 100k, 16000 below 1M, else the "
+                     "paper's 37000); smaller when the corpus cannot fill "
+                     "it.")
 flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
                   "SentencePiece model type.")
 flags.DEFINE_integer("seed", 0, "Seed of initialization, dropout and data "
@@ -116,8 +122,7 @@ def _prepare_run_dir(config, spec, chief):
     logging.info("using the vocabulary already in %s", model_dir)
     vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
   else:
-    logging.info("building a vocabulary of up to %d pieces from the "
-                 "training data", FLAGS.vocab_size)
+    logging.info("building the vocabulary from the training data")
     vocabulary = prepare_lib.build_vocabulary(
         spec, FLAGS.vocab_size, FLAGS.vocab_model_type, seed=FLAGS.seed)
     vocabulary.save(model_dir)
@@ -209,9 +214,16 @@ def main(argv):
   losses = result["losses"]
   if losses:
     print(f"trained to step {result['step']}: loss {losses[0]:.4f} (first "
-          f"step of this run) -> {losses[-1]:.4f} (last step)")
+          f"step of this run) -> {result['last_logged_loss']:.4f} (the last "
+          "progress line's)")
+    if result["time_up"]:
+      print(f"stopped at the --train_minutes={FLAGS.train_minutes:g} budget: "
+            f"{result['train_minutes']:.1f} minutes trained in all; saved "
+            f"{result['checkpoint']}")
   else:
-    print(f"already trained to step {result['step']}: nothing to do")
+    spent = (f" ({result['train_minutes']:.1f} minutes)" if result["time_up"]
+             else "")
+    print(f"already trained to step {result['step']}{spent}: nothing to do")
   if result["dev"]:
     print("dev: " + " ".join(f"{k}={v:.4f}" for k, v in result["dev"].items()))
   print(f"weights_fingerprint={result['weights_fingerprint']:.6f}")
@@ -234,7 +246,8 @@ def _train(config, spec, strategy, chief, stop):
       log_every_steps=FLAGS.log_every_steps, seed=FLAGS.seed,
       jit_compile_step=FLAGS.jit_compile_step, xla_loss=FLAGS.xla_loss,
       mixed_precision=FLAGS.mixed_precision or None,
-      log_gradient_norm=FLAGS.log_gradient_norm)
+      log_gradient_norm=FLAGS.log_gradient_norm,
+      train_minutes=FLAGS.train_minutes)
   logging.info("%s on %d replica(s), whole-step XLA %s: %s",
                FLAGS.distribution, strategy.num_replicas_in_sync,
                "on" if options.jit_compile_step else "off", config)

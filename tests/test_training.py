@@ -311,3 +311,63 @@ def test_a_stop_request_saves_at_the_step_boundary(tmp_path):
   assert result["checkpoint"].endswith("ckpt-3")
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
   assert evaluated == []  # stopping skips the evaluation that was due
+
+
+class _Clock:
+  """time.time for the trainer: each training step takes 30 seconds."""
+
+  def __init__(self):
+    self.now = 1000.0
+
+  def time(self):
+    return self.now
+
+
+def _timed(trainer, clock):
+  step = trainer.train_one_step
+
+  def slow_step():
+    clock.now += 30.0
+    return step()
+  trainer.train_one_step = slow_step
+  return trainer
+
+
+def test_train_minutes_stop_with_a_checkpoint_counted_over_resumes(
+    tmp_path, monkeypatch):
+  clock = _Clock()
+  monkeypatch.setattr(trainer_lib, "time", clock)
+  first = _timed(make_trainer(tmp_path, train_steps=10, train_minutes=1.5,
+                              checkpoint_every_steps=100), clock)
+  result = first.train()
+  assert result["step"] == 3 and result["time_up"]
+  assert result["train_minutes"] == pytest.approx(1.5)
+  assert result["checkpoint"].endswith("ckpt-3")
+  # The same budget again: already used up, nothing trained.
+  again = make_trainer(tmp_path, train_steps=10, train_minutes=1.5)
+  result = _timed(again, clock).train()
+  assert result["step"] == 3 and result["time_up"] and not result["losses"]
+  # A larger budget continues from the minutes already spent.
+  more = make_trainer(tmp_path, train_steps=10, train_minutes=3)
+  result = _timed(more, clock).train()
+  assert result["step"] == 6 and len(result["losses"]) == 3
+  assert result["train_minutes"] == pytest.approx(3.0)
+  # train_steps still bounds it.
+  bounded = make_trainer(tmp_path, train_steps=7, train_minutes=60)
+  result = _timed(bounded, clock).train()
+  assert result["step"] == 7 and not result["time_up"]
+
+
+def test_a_checkpoint_without_train_seconds_still_restores(tmp_path):
+  """Checkpoints written before the time budget existed resume."""
+  trainer = make_trainer(tmp_path, train_steps=2)
+  trainer.train()
+  old_dir = tmp_path / "old"
+  old = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer,
+                            epoch=trainer.epoch,
+                            batch_in_epoch=trainer.batch_in_epoch)
+  tf.train.CheckpointManager(old, str(old_dir), 1).save(checkpoint_number=2)
+  resumed = make_trainer(old_dir, train_steps=2)
+  assert resumed.checkpointer.restore().endswith("ckpt-2")
+  assert resumed.step == 2
+  assert float(resumed.train_seconds.numpy()) == 0.0

@@ -41,8 +41,13 @@ class Checkpointer:
   """Saves and restores one run's state under `directory`."""
 
   def __init__(self, directory, keep=20, every_steps=None, every_secs=600,
-               is_chief=True, worker_id=0, **objects):
-    self.checkpoint = tf.train.Checkpoint(**objects)
+               is_chief=True, worker_id=0, optional=None, **objects):
+    """`objects` must all be in a checkpoint to restore it; `optional` ones
+    (added after checkpoints were written) are restored when present."""
+    optional = optional or {}
+    self.checkpoint = tf.train.Checkpoint(**objects, **optional)
+    self._required = tf.train.Checkpoint(**objects)
+    self._optional = tf.train.Checkpoint(**optional)
     self.directory = directory
     # Non-chief workers of a multi-worker run must save too (the save is a
     # collective) but into a scratch directory that is deleted.
@@ -61,8 +66,9 @@ class Checkpointer:
     candidates = list(reversed(checkpoint_paths(self.directory)))
     for i, path in enumerate(candidates):
       try:
-        status = self.checkpoint.restore(path)
+        status = self._required.restore(path)
         status.assert_existing_objects_matched().expect_partial()
+        self._optional.restore(path).expect_partial()
       except Exception as e:  # pylint: disable=broad-except
         # Truncated or missing files surface as OpError, IndexError,
         # ValueError or AssertionError: all mean "damaged", try the previous.

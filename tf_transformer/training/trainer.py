@@ -75,6 +75,9 @@ class TrainOptions:
   mixed_precision: Optional[str] = None
   log_gradient_norm: bool = True
   cache_data: bool = True
+  # A time budget: stop (with a checkpoint) once the run has trained this
+  # long, counted over resumes; train_steps still bounds it.
+  train_minutes: Optional[float] = None
 
 
 class Trainer:
@@ -102,13 +105,17 @@ class Trainer:
         self.accumulated_tokens = tf.Variable(0.0, **on_read)
     self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
     self.checkpointer = Checkpointer(
         options.model_dir, options.keep_checkpoints,
         options.checkpoint_every_steps, options.checkpoint_every_secs,
         self.is_chief, strategy_lib.worker_id(strategy), model=self.model,
         optimizer=self.optimizer, epoch=self.epoch,
-        batch_in_epoch=self.batch_in_epoch)
+        batch_in_epoch=self.batch_in_epoch,
+        optional=dict(train_seconds=self.train_seconds))
     self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
+    self.last_logged_loss = None  # the last progress line's
+    self._explained = False  # the dev line's loss vs perplexity
     self._build_steps()
     floats = [v for v in self.model.weights + self.optimizer.variables
               if tf.as_dtype(v.dtype).is_floating]
@@ -292,7 +299,7 @@ class Trainer:
       totals += [float(v) for v in self._eval_step(batch)]
     loss_sum, nll_sum, tokens = totals
     tokens = max(tokens, 1.0)
-    return {"loss": loss_sum / tokens,
+    return {"loss": loss_sum / tokens, "nll": nll_sum / tokens,
             "perplexity": math.exp(min(nll_sum / tokens, 50.0))}
 
   def evaluate_translations(self):
@@ -322,6 +329,13 @@ class Trainer:
       self.summaries.translations(step, samples)
       self.summaries.attention(step, attention)
     self.summaries.scalars("dev", step, metrics)
+    if not self._explained:
+      self._explained = True
+      logging.info(
+          "dev: loss is the label-smoothed objective training minimizes "
+          "(label_smoothing=%g); nll is the plain negative log-likelihood "
+          "per token and perplexity = exp(nll), so perplexity is not "
+          "exp(loss)", self.config.label_smoothing)
     logging.info("step %d dev: %s", step, " ".join(
         f"{k}={v:.4g}" for k, v in metrics.items()))
     return metrics
@@ -345,13 +359,15 @@ class Trainer:
                             **dataclasses.asdict(o)})
     self._iterator = self._train_iterator()
     self._compile_steps(self._iterator.element_spec[0])
+    self._seconds_before = float(self.train_seconds.numpy())
     window = np.zeros(5)
     window_start, window_steps = time.time(), 0
     run_start, start_step = time.time(), self.step
     history = []
     metrics = {}
     stopping = self._stop_agreed(stop)
-    while self.step < o.train_steps and not stopping:
+    time_up = self._time_up(run_start)
+    while self.step < o.train_steps and not (stopping or time_up):
       loss_sum, nll_sum, tokens, source_tokens, norm = self.train_one_step()
       step = self.step
       loss = loss_sum / max(tokens, 1.0)
@@ -365,18 +381,37 @@ class Trainer:
                   (time.time() - run_start) / max(step - start_step, 1))
         window, window_start, window_steps = np.zeros(5), time.time(), 0
       stopping = self._stop_agreed(stop)
-      if stopping or self.checkpointer.due(step):
+      time_up = self._time_up(run_start)
+      if stopping or time_up or self.checkpointer.due(step):
         self.save(step)  # before evaluating: a kill there loses nothing
       if o.eval_every_steps and step % o.eval_every_steps == 0 and (
           not stopping):
         metrics = self.evaluate(step)
+    if time_up and window_steps:  # the last steps' line
+      self._log(step, window, window_steps, time.time() - window_start,
+                (time.time() - run_start) / max(step - start_step, 1))
     self.save(self.step)
     fingerprint = sum(float(np.sum(np.abs(w))) for w in self.model.get_weights())
     return {"step": self.step, "losses": history, "dev": metrics,
+            "last_logged_loss": self.last_logged_loss,
             "weights_fingerprint": fingerprint,
             "stopped_by": (stop and stop.signal_name or
                            "a signal to another worker") if stopping else None,
+            "time_up": bool(time_up), "train_minutes": self._minutes(),
             "checkpoint": self.checkpointer.latest()}
+
+  def _minutes(self):
+    return float(self.train_seconds.numpy()) / 60
+
+  def _time_up(self, run_start):
+    """Counts this run's time into `train_seconds` (saved with checkpoints);
+    whether --train_minutes are used up (agreed by all workers)."""
+    if run_start is not None:
+      elapsed = time.time() - run_start
+      self.train_seconds.assign(self._seconds_before + elapsed)
+    budget = self.options.train_minutes
+    return bool(budget) and self._stop_agreed(
+        None, self.train_seconds.numpy() >= budget * 60)
 
   def save(self, step):
     """Checkpoints `step` unless it is saved already or the weights or
@@ -395,10 +430,10 @@ class Trainer:
     return NonFiniteLossError(f"step {step}: {what}; stopping. {where}; "
                               + RECOVERY_ADVICE)
 
-  def _stop_agreed(self, stop):
+  def _stop_agreed(self, stop, requested=False):
     """Whether to stop now; under MultiWorkerMirroredStrategy, whether any
     worker was asked to (all must save the same step together)."""
-    requested = stop is not None and stop.requested
+    requested = requested or (stop is not None and stop.requested)
     if not isinstance(self.strategy,
                       tf.distribute.MultiWorkerMirroredStrategy):
       return requested
@@ -413,7 +448,11 @@ class Trainer:
         step, self.config.d_model, self.config.warmup_steps,
         self.config.learning_rate_scale))
     tokens_per_sec = (tokens + source_tokens) / max(seconds, 1e-9)
-    eta = int(seconds_per_step * (self.options.train_steps - step))
+    self.last_logged_loss = loss
+    eta = seconds_per_step * (self.options.train_steps - step)
+    if self.options.train_minutes:
+      eta = min(eta, self.options.train_minutes * 60 - self._minutes() * 60)
+    eta = max(int(eta), 0)
     logging.info(
         "step %d/%d loss %.4f lr %.3g tokens/s %s ETA %d:%02d:%02d epoch %d",
         step, self.options.train_steps, loss, learning_rate,
