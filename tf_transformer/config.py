@@ -3,7 +3,8 @@
 Field names follow the paper: `num_layers` is N, `d_model`, `d_ff`, `num_heads`
 is h, `d_k`, `d_v`, `dropout_rate` is P_drop, `label_smoothing` is epsilon_ls
 (Table 3). Presets: `base` and `big` (Table 3, section 6.1), one per varied row
-of Table 3 (A1-A4, B1-B2, C1-C7, D1-D4, E), `parsing` (section 6.3) and `tiny`.
+of Table 3 (A1-A4, B1-B2, C1-C7, D1-D4, E), `parsing` (section 6.3),
+`small_corpus` (tens of thousands of pairs on a CPU) and `tiny` (tests).
 
 A preset plus an override string such as "d_model=256,num_layers=2" gives a
 config; `d_k` and `d_v` default to d_model / h unless given (section 3.2.2).
@@ -137,6 +138,14 @@ PRESETS = {
     "parsing": dict(num_layers=4, d_model=1024, vocab_size=16000,
                     beam_size=21, length_penalty_alpha=0.3,
                     max_decode_length_offset=300),
+    # Small corpora on a CPU: Multi30k's 29k caption pairs train to a useful
+    # model in 20 minutes on 2 cores (docs/recipes.md); not a paper setting.
+    # A short warm-up and batches of 4,096 tokens give the many updates a
+    # small corpus needs within minutes.
+    "small_corpus": dict(vocab_size=8000, num_layers=3, d_model=256,
+                         d_ff=1024, num_heads=4, max_length=256,
+                         warmup_steps=400, train_steps=100000,
+                         batch_tokens=4096),
     # Small enough for tests and CPU demos; not a paper setting.
     "tiny": dict(vocab_size=1000, num_layers=2, d_model=64, d_ff=256,
                  num_heads=4, max_length=128, warmup_steps=400,
