@@ -17,6 +17,7 @@ from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import translator_flags
 from tf_transformer.decoding.translator import one_line
+from tf_transformer.progress import Progress
 
 FLAGS = flags.FLAGS
 translator_flags.define_flags()
@@ -37,8 +38,12 @@ def main(argv):
                       f"{FLAGS.reference} has {len(references)}; the files "
                       "must be line-aligned")
     translator = translator_flags.make_translator()
-    hypotheses = [h[0][0] for h in translator.translate(
-        sources, 1, FLAGS.batch_size)]
+    for warning in translator.input_warnings(sources,
+                                             f"--source={FLAGS.source}"):
+      print(f"evaluate: warning: {warning}", file=sys.stderr)
+    with Progress("translated", len(sources), "sentences") as progress:
+      hypotheses = [h[0][0] for h in translator.translate(
+          sources, 1, FLAGS.batch_size, progress)]
     scores = evaluation.score(hypotheses, references, FLAGS.paper_bleu)
   except DataError as e:
     print(f"evaluate: error: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ offset unless the decoding flags say otherwise (--decoding=greedy, or
 """
 
 import sys
+import time
 
 from absl import flags
 from absl import logging
@@ -37,6 +38,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # not SavedModel's info lines
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.get_logger().setLevel("ERROR")
+  start = time.time()
   try:
     model, vocabulary = run_dir.load_trained_model(FLAGS.model_dir,
                                                    FLAGS.checkpoint)
@@ -45,12 +47,23 @@ def main(argv):
     print(f"export: error: {e}", file=sys.stderr)
     return 1
   options = translator_flags.check_decoding_flags(config)
+  _stage(f"restored the weights of {FLAGS.checkpoint or FLAGS.model_dir}",
+         start)
   module = export_lib.TranslationModule(
       model, vocabulary, options, max_input_tokens=FLAGS.max_input_tokens,
       xla=FLAGS.xla)
+  _stage(f"tracing the {options.method} search into 4 signatures and "
+         f"writing the next version of {FLAGS.export_dir} ...", start)
   path = export_lib.export(module, FLAGS.export_dir)
+  _stage(f"wrote {path}", start)
   print(f"exported {path}")
   return 0
+
+
+def _stage(what, start):
+  """Progress on stderr (stdout holds the result)."""
+  print(f"export: {what} [{time.time() - start:.1f} s]", file=sys.stderr,
+        flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from absl import flags
 from tf_transformer import command
 from tf_transformer.decoding import translator_flags
 from tf_transformer.decoding.translator import output_lines
+from tf_transformer.progress import Progress
 
 FLAGS = flags.FLAGS
 translator_flags.define_flags()
@@ -31,7 +32,12 @@ def main(argv):
     with source:
       texts = [line.rstrip("\r\n") for line in source]
     translator = translator_flags.make_translator()
-    results = translator.translate(texts, FLAGS.nbest, FLAGS.batch_size)
+    for warning in translator.input_warnings(
+        texts, f"--input={FLAGS.input}" if FLAGS.input else "stdin"):
+      print(f"translate: warning: {warning}", file=sys.stderr)
+    with Progress("translated", len(texts), "sentences") as progress:
+      results = translator.translate(texts, FLAGS.nbest, FLAGS.batch_size,
+                                     progress)
   except (OSError, ValueError) as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 1

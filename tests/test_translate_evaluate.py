@@ -140,3 +140,43 @@ def test_usage_errors(models, tmp_path):
 def test_a_translation_with_line_breaks_stays_on_its_line():
   assert one_line("vier\nhundert\r\nzwei") == "vier hundert zwei"
   assert one_line("") == ""
+
+
+def test_empty_and_over_long_lines_are_warned_about(models, tmp_path):
+  """The CLI says which lines it cannot translate as given, from an export
+  and from a checkpoint; the output stays one line per input."""
+  model_dir, exported = models
+  long_line = "four hundred and twenty-one " * 100  # over 256 subwords
+  stdin = f"seven\n\n{long_line}\n  \n"
+  for model in ([f"--model={exported}"],
+                [f"--model_dir={model_dir}", "--max_length_offset=4"]):
+    result = run_script("translate.py", *model, input_text=stdin)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.splitlines()) == 4
+    warnings = [l for l in result.stderr.splitlines()
+                if l.startswith("translate: warning: ")]
+    assert len(warnings) == 2, result.stderr
+    assert warnings[0] == (
+        "translate: warning: lines 2, 4 of stdin are empty; their "
+        "translation is whatever the model says for nothing")
+    match = re.match(r"translate: warning: line 3 of stdin is longer than "
+                     r"the model's input limit of 256 subwords \(up to "
+                     r"([\d,]+)\) and will be cut to the first 256",
+                     warnings[1])
+    assert match and int(match.group(1).replace(",", "")) > 256, warnings[1]
+  quiet = run_script("translate.py", f"--model={exported}",
+                     input_text="seven\n")
+  assert "warning" not in quiet.stderr
+
+
+def test_evaluate_names_its_source_file_in_warnings(models, tmp_path):
+  _, exported = models
+  source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+  source.write_text("seven\n\n")
+  reference.write_text("sieben\nnichts\n")
+  result = run_script("evaluate.py", f"--model={exported}",
+                      f"--source={source}", f"--reference={reference}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert (f"evaluate: warning: line 2 of --source={source} is empty; its "
+          "translation is whatever the model says for nothing"
+          in result.stderr)

@@ -158,13 +158,17 @@ def training_stream_fn(token_pairs: Callable[[], tf.data.Dataset],
 
 
 def length_statistics(token_pairs: tf.data.Dataset, max_length: int,
+                      progress=None,
                       percentiles: Sequence[int] = (50, 90, 95, 99, 100)):
-  """Pairs, tokens, length percentiles, and pairs over `max_length`."""
+  """Pairs, tokens, length percentiles, and pairs over `max_length`;
+  `progress` (a `progress.Progress`) is told of each 4,096 pairs read."""
   source, target = [], []
   for s, t in token_pairs.map(lambda s, t: (tf.shape(s)[0],
                                             tf.shape(t)[0])).batch(4096):
     source.append(s.numpy())
     target.append(t.numpy())
+    if progress:
+      progress.add(len(source[-1]))
   source = np.concatenate(source) if source else np.zeros([0], np.int32)
   target = np.concatenate(target) if target else np.zeros([0], np.int32)
   needed = np.maximum(source, target + 1)

@@ -32,9 +32,10 @@ def output_lines(results, nbest_format, show_scores=False, start=0):
 class Translator:
   """`translate(texts) -> [[(translation, score), ...n-best], ...]`."""
 
-  def __init__(self, nbest_fn, nbest_size):
+  def __init__(self, nbest_fn, nbest_size, count_fn=None):
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
+    self._count_fn = count_fn  # texts -> (subwords per text, input limit)
 
   @classmethod
   def from_saved_model(cls, path):
@@ -46,7 +47,9 @@ class Translator:
     def nbest_fn(texts):
       out = nbest(text=tf.constant(texts, tf.string, shape=[len(texts)]))
       return out["translations"].numpy(), out["scores"].numpy()
-    return cls(nbest_fn, nbest_size)
+    # Exports before count_input_tokens existed cannot say what they cut.
+    counts = getattr(loaded, "count_input_tokens", None)
+    return cls(nbest_fn, nbest_size, counts and _count_fn(counts))
 
   @classmethod
   def from_model_dir(cls, model_dir, checkpoint=None, **options):
@@ -63,9 +66,37 @@ class Translator:
     def nbest_fn(texts):
       out = module.nbest(tf.constant(texts, tf.string, shape=[len(texts)]))
       return out["translations"].numpy(), out["scores"].numpy()
-    return cls(nbest_fn, module.nbest_size)
+    return cls(nbest_fn, module.nbest_size,
+               _count_fn(module.count_input_tokens))
 
-  def translate(self, texts, nbest=1, batch_size=32):
+  def input_warnings(self, texts, name="input", shown=5):
+    """What the model will not translate as given: empty lines (the model
+    still answers something) and lines cut to the export's input limit.
+    One message per kind, naming up to `shown` line numbers (from 1)."""
+    empty = [i for i, text in enumerate(texts, 1) if not text.strip()]
+    messages = []
+    if empty:
+      messages.append(
+          f"{_lines(empty, shown)} of {name} {_are(empty)} empty; "
+          f"{_their(empty)} translation is whatever the model says for "
+          "nothing")
+    if self._count_fn and texts:
+      cut, limit = [], 0
+      for start in range(0, len(texts), 1024):
+        counts, limit = self._count_fn(list(texts[start:start + 1024]))
+        cut += [(start + i + 1, int(n)) for i, n in enumerate(counts)
+                if n > limit]
+      if cut:
+        longest = max(n for _, n in cut)
+        messages.append(
+            f"{_lines([i for i, _ in cut], shown)} of {name} {_are(cut)} "
+            f"longer than the model's input limit of {limit} subwords (up to "
+            f"{longest:,}) and will be cut to the first {limit}; split such "
+            "lines into sentences")
+    return messages
+
+  def translate(self, texts, nbest=1, batch_size=32, progress=None):
+    """`progress`: a `progress.Progress`, told of each translated batch."""
     if not 1 <= nbest <= self.nbest_size:
       raise ValueError(f"--nbest={nbest}: must be between 1 and the "
                        f"{self.nbest_size} hypotheses this decoding gives "
@@ -76,4 +107,27 @@ class Translator:
       for row, row_scores in zip(decoded, scores):
         results.append([(t.decode("utf-8"), float(s))
                         for t, s in zip(row[:nbest], row_scores[:nbest])])
+      if progress:
+        progress.add(len(decoded))
     return results
+
+
+def _count_fn(count_input_tokens):
+  def count(texts):
+    out = count_input_tokens(tf.constant(texts, tf.string, shape=[len(texts)]))
+    return out["tokens"].numpy(), int(out["max_input_tokens"])
+  return count
+
+
+def _lines(numbers, shown):
+  listed = ", ".join(str(n) for n in numbers[:shown])
+  more = f" and {len(numbers) - shown:,} more" if len(numbers) > shown else ""
+  return f"line{'s' if len(numbers) > 1 else ''} {listed}{more}"
+
+
+def _are(items):
+  return "are" if len(items) > 1 else "is"
+
+
+def _their(items):
+  return "their" if len(items) > 1 else "its"

@@ -68,10 +68,13 @@ class TranslationModule(tf.Module):
   def _search_ids(self, source_ids):
     return decode(self.model, source_ids, self.options)
 
+  def _tokenize(self, text):
+    """Subword ids, ragged; invalid UTF-8 bytes read as U+FFFD."""
+    return self.tokenizer.tokenize(tf.strings.unicode_transcode(
+        text, "UTF-8", "UTF-8", errors="replace"))
+
   def _encode(self, text):
-    text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8",
-                                        errors="replace")
-    pieces = self.tokenizer.tokenize(text)[:, :self.max_input_tokens]
+    pieces = self._tokenize(text)[:, :self.max_input_tokens]
     eos = tf.fill([pieces.nrows(), 1], EOS_ID)
     return tf.concat([pieces, eos], axis=1).to_tensor()
 
@@ -136,6 +139,15 @@ class TranslationModule(tf.Module):
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def attention(self, text):
     return self._attention(_checked(text))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def count_input_tokens(self, text):
+    """Each text's subwords before the cut to `max_input_tokens`, and that
+    limit: what a client needs to warn about cut inputs. Saved with the
+    export but not a serving signature."""
+    lengths = self._tokenize(_checked(text)).row_lengths()
+    return {"tokens": tf.cast(lengths, tf.int32),
+            "max_input_tokens": tf.constant(self.max_input_tokens, tf.int32)}
 
 
 def _checked(tensor):
