@@ -11,6 +11,7 @@ The model file (`vocabulary.model`) is stored with the model.
 
 import io
 import os
+import re
 from typing import Iterable
 
 import sentencepiece as spm
@@ -45,9 +46,15 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe",
           shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
           max_sentence_length=16384, minloglevel=2)
   except RuntimeError as e:
-    raise DataError(f"SentencePiece training failed: {e}. --vocab_size="
-                    f"{vocab_size} must hold the 4 special ids, 256 byte "
-                    "pieces and every character of the corpus") from None
+    needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+    if needed:  # not SentencePiece's advice, which names its own flags
+      raise DataError(
+          f"--vocab_size={vocab_size} is too small for this corpus: it needs "
+          f"at least {needed.group(1)} pieces (the 4 special ids, 256 byte "
+          "pieces and every distinct character of the training text); pass "
+          f"--vocab_size={needed.group(1)} or more, or leave it out to follow "
+          "the corpus") from None
+    raise DataError(f"SentencePiece training failed: {e}") from None
   return model.getvalue()
 
 
