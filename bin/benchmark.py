@@ -24,12 +24,13 @@ Warm-up runs are excluded; each figure is the median of --runs runs.
 
 import json
 import os
-import sys
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
+
+from tf_transformer import command
 
 FLAGS = flags.FLAGS
 SECTIONS = ("train", "scaling", "decode")
@@ -287,4 +288,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  command.run(main)
