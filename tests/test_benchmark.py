@@ -111,3 +111,9 @@ def test_read_bandwidth_survives_a_single_sentence_head():
                                  block_rows=64, runs=1, sentence_heads=1)
   assert speeds["dtype"] == "float32" and speeds["megabytes"] > 0.5
   assert all(v > 0 for k, v in speeds.items() if k.endswith("_gb_per_sec"))
+
+
+def test_help_exits_0_and_lists_the_flags():
+  result = run_script("benchmark.py", "--help")
+  assert result.returncode == 0
+  assert "\n  --decode_words:" in result.stdout

@@ -185,3 +185,28 @@ def test_text_pairs_of_a_spec(tmp_path):
   spec = sources.DataSpec(dataset="numbers", numbers_train_size=50)
   assert len(list(sources.text_pairs(spec, "train")())) == 50
   assert len(list(sources.text_pairs(spec, "dev")())) == 500
+
+
+def test_vocabulary_size_follows_the_corpus(caplog):
+  from tf_transformer.data import prepare  # pylint: disable=g-import-not-at-top
+  assert [prepare.auto_vocab_size(n) for n in (500, 29_000, 200_000,
+                                               4_500_000)] == [
+                                                   4000, 8000, 16000, 37000]
+  caplog.set_level("INFO")
+  spec = sources.DataSpec(dataset="numbers", numbers_train_size=200)
+  vocabulary = prepare.build_vocabulary(spec)
+  assert "vocabulary size 4000 for 200 training pairs" in caplog.text
+  # The numbers task cannot fill 4000 pieces, and the log says why.
+  assert vocabulary.vocab_size < 4000
+  assert (f"the vocabulary has {vocabulary.vocab_size} pieces, not 4000"
+          in caplog.text)
+
+
+def test_too_small_a_vocabulary_names_the_size_needed():
+  from tf_transformer.data.errors import DataError  # pylint: disable=g-import-not-at-top
+  with pytest.raises(DataError) as error:
+    vocabulary_lib.train(["abcdefghij klmnop"] * 50, 100)
+  message = str(error.value)
+  assert message.startswith("--vocab_size=100 is too small for this corpus: "
+                            "it needs at least 2")
+  assert "character_coverage" not in message

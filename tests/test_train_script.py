@@ -134,7 +134,7 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
               "gradient_norm", "_hparams_/session_start_info"):
     assert tag in train_tags, (tag, train_tags)
   dev_tags = _tags(model_dir / "dev")
-  for tag in ("loss", "perplexity", "bleu_greedy", "exact_match",
+  for tag in ("loss", "nll", "perplexity", "bleu_greedy", "exact_match",
               "sample_translations", "attention/encoder_self",
               "attention/decoder_self", "attention/encoder_decoder"):
     assert tag in dev_tags, (tag, dev_tags)
