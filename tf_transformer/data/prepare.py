@@ -46,9 +46,9 @@ def build_vocabulary(spec, vocab_size=None, model_type="bpe",
       itertools.islice(sentences(), 2 * max_sentences), vocab_size,
       model_type, max_sentences, seed)
   vocabulary = vocabulary_lib.Vocabulary(proto)
-  logging.info("trained a %d-piece %s vocabulary on %d sentences in %.1f s",
-               vocabulary.vocab_size, model_type.upper(), progress.done,
-               time.time() - start)
+  logging.info("trained a %s vocabulary of %d pieces on %d sentences in "
+               "%.1f s", model_type.upper(), vocabulary.vocab_size,
+               progress.done, time.time() - start)
   if vocabulary.vocab_size < vocab_size:
     logging.info("the vocabulary has %d pieces, not %d: "
                  "SentencePiece found no more pieces to add in this training "
