@@ -3,7 +3,7 @@ r"""Measures training and decoding speed on this machine; prints a table
 and writes the figures, the machine, the versions and the flags as JSON.
 
   bin/benchmark.py --config=base --output=benchmark.json
-  # the decoding comparison of README's performance section:
+  # the synthetic decoding micro-benchmark of docs/performance.md:
   bin/benchmark.py --config=base \
       --hparams=num_layers=3,d_model=256,d_ff=1024,num_heads=4 \
       --vocab_size=8000 --sections=decode --decode_sentences=1000

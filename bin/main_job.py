@@ -247,12 +247,14 @@ def main(argv):
 
   final = re.search(r"trained to step (\d+)(?:: loss [\d.]+ .* -> ([\d.]+))?",
                     train_out)
+  budget = re.search(r"([\d.]+) minutes trained in all", train_out)
   print("\n== summary")
   if final:
     step, loss = final.groups()
     print(f"trained    {config} model to step {step}, "
           + (f"last loss {loss}, in {_minutes(times['train'])}" if loss
-             else "in an earlier run"))
+             else "in an earlier run")
+          + (f" ({budget.group(1)} minutes in all)" if budget else ""))
   print(f"averaged   {averaged_out.splitlines()[0]}")
   print(f"exported   {model} (beam 4, alpha 0.6)")
   for split, (source, _) in texts.items():

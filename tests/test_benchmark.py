@@ -1,6 +1,6 @@
 """bin/benchmark.py runs its sections on the tiny preset and writes a JSON
 report with the machine, the flags and every figure. (Mechanics only: no
-speed is asserted; figures come from running the command, see README.)"""
+speed is asserted; figures come from running the command, see docs/performance.md.)"""
 
 import json
 import os

@@ -8,7 +8,7 @@ from tf_transformer import layers
 
 
 def sentence_classifier(vocab_size=50, d_model=32, num_classes=2):
-  """The example of README.md, "Using the layers in other Keras models"."""
+  """The example of README.md, "Reuse the layers in Keras"."""
   ids = keras.Input(shape=(None,), dtype="int32", name="ids")
   padding_mask = keras.ops.not_equal(ids, 0)  # True at real tokens
   x = layers.SharedEmbedding(vocab_size, d_model)(ids)

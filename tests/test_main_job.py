@@ -1,5 +1,5 @@
 """bin/main_job.py runs every stage with the repository's own commands and
-ends with a summary. (A short run: the full job's figures are in README.md.
+ends with a summary. (Short runs: the full jobs' figures are in docs/recipes.md.
 Run again, the job resumes through train.py's tested resume and exports the
 next version through export.py's tested versioning; a second run here would
 add a minute to the suite.)"""

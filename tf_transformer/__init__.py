@@ -4,9 +4,9 @@ al., 2017) in TensorFlow and Keras 3."""
 import os
 
 # oneDNN's CPU kernels: TensorFlow turns them on by default only on some
-# CPUs; on a 2-core AMD EPYC they doubled the fp32 matmul rate (90 -> 179
-# GFLOP/s). Read when TensorFlow is first imported, so set before it; an
-# explicit TF_ENABLE_ONEDNN_OPTS=0 still turns them off. (README, Performance.)
+# CPUs, and where it leaves them off they give up to twice the fp32 matmul
+# rate (docs/performance.md). Read when TensorFlow is first imported, so set
+# before it; an explicit TF_ENABLE_ONEDNN_OPTS=0 still turns them off.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -42,8 +42,8 @@ class SharedEmbedding(keras.layers.Layer):
     """The pre-softmax linear transformation: x times the embedding's
     transpose, as one 2-D matmul over all positions. (A [batch, length, d]
     times [d, vocab] tf.matmul broadcasts into a batch of small matmuls, and
-    its gradient materialises [batch, vocab, d] before summing: 9.7 GB for
-    the base model at 4096 tokens.)"""
+    its gradient materialises [batch, vocab, d] before summing: gigabytes at
+    the paper's vocabulary.)"""
     flat = tf.reshape(x, [-1, self.d_model])
     logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype),
                        transpose_b=True)

@@ -32,7 +32,7 @@ def create_strategy(distribution="one_device", num_gpus=None, cpu_devices=0,
   if distribution == "multi_worker":
     if "TF_CONFIG" not in os.environ:
       raise ValueError("--distribution=multi_worker needs the TF_CONFIG "
-                       "environment variable (cluster and task); see README")
+                       "environment variable (cluster and task); see docs/training.md")
     try:
       json.loads(os.environ["TF_CONFIG"])
     except json.JSONDecodeError as e:
