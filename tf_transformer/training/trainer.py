@@ -406,9 +406,7 @@ class Trainer:
   def _time_up(self, run_start):
     """Counts this run's time into `train_seconds` (saved with checkpoints);
     whether --train_minutes are used up (agreed by all workers)."""
-    if run_start is not None:
-      elapsed = time.time() - run_start
-      self.train_seconds.assign(self._seconds_before + elapsed)
+    self.train_seconds.assign(self._seconds_before + time.time() - run_start)
     budget = self.options.train_minutes
     return bool(budget) and self._stop_agreed(
         None, self.train_seconds.numpy() >= budget * 60)
