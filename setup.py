@@ -42,9 +42,13 @@ setuptools.setup(
         "serving": ["tensorflow-serving-api~=2.21.0"],
         # bin/plot_attention.py: the field's standard plotting library.
         "plot": ["matplotlib>=3.8"],
+        # bin/export.py --format=ctranslate2 and translating with its output:
+        # CTranslate2, the C++ engine OpenNMT-tf users serve with.
+        "ctranslate2": ["ctranslate2>=4.5,<5"],
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
         "test": ["pytest>=8", "pytest-xdist>=3.5",
-                 "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8"],
+                 "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8",
+                 "ctranslate2>=4.5,<5"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

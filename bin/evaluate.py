@@ -48,7 +48,7 @@ def main(argv):
   except DataError as e:
     print(f"evaluate: error: {e}", file=sys.stderr)
     return 2
-  except (OSError, ValueError) as e:
+  except (OSError, ValueError, ImportError) as e:
     print(f"evaluate: error: {e}", file=sys.stderr)
     return 1
   if FLAGS.output:

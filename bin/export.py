@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Exports a trained model as a SavedModel for TensorFlow Serving, in the
-layout TF Serving watches (EXPORT_DIR/<version>/).
+layout TF Serving watches (EXPORT_DIR/<version>/), or with
+--format=ctranslate2 as a CTranslate2 model directory (EXPORT_DIR itself,
+replaced if it exists; needs `pip install -e ".[ctranslate2]"`).
 
   bin/export.py --model_dir=/tmp/numbers_avg --export_dir=saved_models/numbers
+  bin/export.py --model_dir=/tmp/numbers_avg --format=ctranslate2 \
+      --export_dir=saved_models/numbers_ct2
 
 The search is beam search with the config's beam size, alpha and length
 offset unless the decoding flags say otherwise (--decoding=greedy, or
@@ -12,6 +16,7 @@ offset unless the decoding flags say otherwise (--decoding=greedy, or
 import sys
 import time
 
+from absl import app
 from absl import flags
 from absl import logging
 
@@ -28,6 +33,13 @@ flags.DEFINE_string("export_dir", None, "saved_models/NAME; the version "
                     "folder is added.")
 translator_flags.define_decoding_flags()
 flags.DEFINE_integer("max_input_tokens", 256, "Longer inputs are cut.")
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
+                  "saved_model: for TensorFlow Serving; ctranslate2: for the "
+                  "CTranslate2 engine (same weights, same search options).")
+flags.DEFINE_enum("quantization", None, ["int8", "int8_float32", "int16",
+                                         "float16", "bfloat16"],
+                  "--format=ctranslate2 only: store the weights in this type "
+                  "(default float32; CTranslate2 can still quantize at load).")
 flags.DEFINE_bool("xla", False, "Compile the search with XLA (serve with "
                   "--xla_cpu_compilation_enabled on CPU).")
 flags.mark_flags_as_required(["model_dir", "export_dir"])
@@ -49,6 +61,10 @@ def main(argv):
   options = translator_flags.check_decoding_flags(config)
   _stage(f"restored the weights of {FLAGS.checkpoint or FLAGS.model_dir}",
          start)
+  if FLAGS.format == "ctranslate2":
+    return _export_ctranslate2(model, vocabulary, options, start)
+  if FLAGS.quantization:
+    raise app.UsageError("--quantization: only with --format=ctranslate2")
   module = export_lib.TranslationModule(
       model, vocabulary, options, max_input_tokens=FLAGS.max_input_tokens,
       xla=FLAGS.xla)
@@ -56,6 +72,21 @@ def main(argv):
          f"writing the next version of {FLAGS.export_dir} ...", start)
   path = export_lib.export(module, FLAGS.export_dir)
   _stage(f"wrote {path}", start)
+  print(f"exported {path}")
+  return 0
+
+
+def _export_ctranslate2(model, vocabulary, options, start):
+  from tf_transformer.serving import ct2_export  # pylint: disable=g-import-not-at-top
+  if FLAGS.xla:
+    raise app.UsageError("--xla: only for --format=saved_model")
+  try:
+    path = ct2_export.export(model, vocabulary, FLAGS.export_dir, options,
+                             FLAGS.max_input_tokens, FLAGS.quantization)
+  except (ImportError, ValueError) as e:
+    print(f"export: error: {e}", file=sys.stderr)
+    return 1
+  _stage(f"wrote the CTranslate2 model {path}", start)
   print(f"exported {path}")
   return 0
 

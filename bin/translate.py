@@ -38,7 +38,7 @@ def main(argv):
     with Progress("translated", len(texts), "sentences") as progress:
       results = translator.translate(texts, FLAGS.nbest, FLAGS.batch_size,
                                      progress)
-  except (OSError, ValueError) as e:
+  except (OSError, ValueError, ImportError) as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 1
   lines = output_lines(results, FLAGS.nbest > 1, FLAGS.show_scores)

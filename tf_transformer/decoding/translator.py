@@ -3,6 +3,7 @@ batches: what bin/translate.py and bin/evaluate.py share."""
 
 import tensorflow as tf
 
+from tf_transformer.decoding import ct2_runtime
 from tf_transformer.decoding.search import DecodingOptions
 
 
@@ -36,6 +37,25 @@ class Translator:
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
     self._count_fn = count_fn  # texts -> (subwords per text, input limit)
+
+  @classmethod
+  def from_export(cls, path, compute_type="default"):
+    """A SavedModel version directory (bin/export.py) or a CTranslate2
+    directory (bin/export.py --format=ctranslate2), told apart by their
+    files. `compute_type`: CTranslate2's ("int8" quantizes at load)."""
+    if ct2_runtime.is_ct2_model(path):
+      decoder = ct2_runtime.CT2Decoder(path, compute_type)
+      return cls(decoder.nbest, decoder.nbest_size,
+                 decoder.count_input_tokens)
+    if tf.saved_model.contains_saved_model(path):
+      return cls.from_saved_model(path)
+    hint = ""
+    if tf.io.gfile.isdir(path) and any(
+        name.strip("/").isdigit() for name in tf.io.gfile.listdir(path)):
+      hint = "; pass one of its version folders, e.g. PATH/1"
+    raise FileNotFoundError(
+        f"{path}: neither a SavedModel (saved_model.pb) nor a CTranslate2 "
+        f"model ({ct2_runtime.MODEL_FILE}){hint}")
 
   @classmethod
   def from_saved_model(cls, path):

@@ -51,7 +51,9 @@ def check_decoding_flags(config, values=None) -> DecodingOptions:
 
 
 def define_flags():
-  flags.DEFINE_string("model", None, "An exported SavedModel (NAME/VERSION).")
+  flags.DEFINE_string("model", None, "An export: a SavedModel version "
+                      "(NAME/VERSION) or a CTranslate2 directory; told apart "
+                      "by their files.")
   flags.DEFINE_string("model_dir", None, "Or a training run / averaged model.")
   flags.DEFINE_integer("batch_size", 32, "Sentences per batch.")
   define_decoding_flags()
@@ -67,7 +69,7 @@ def make_translator(values=None) -> Translator:
     if given:
       raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
                            "export; re-export, or use --model_dir")
-    return Translator.from_saved_model(values.model)
+    return Translator.from_export(values.model)
   try:
     return Translator.from_model_dir(values.model_dir,
                                      **decoding_overrides(values))

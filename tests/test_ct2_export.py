@@ -1,0 +1,154 @@
+"""The CTranslate2 export: the same weights give the same outputs, scores and
+per-token log-probabilities as our own graph, and the bin/ scripts take
+either export."""
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from tf_transformer import build_model
+from tf_transformer import get_config
+from tf_transformer.data import numbers
+from tf_transformer.decoding.ct2_runtime import CT2Decoder
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.serving import ct2_export
+from tf_transformer.serving.export import TranslationModule
+from tf_transformer.special_ids import BOS_ID, EOS_ID
+from tf_transformer.training import run_dir
+from conftest import run_script
+from training_helpers import make_trainer
+from training_helpers import vocabulary
+
+SOURCES, REFERENCES = zip(*numbers.generate({"test": 200}, seed=7)["test"])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A tiny model trained 400 steps on the numbers task (about 20 s): its
+  searches end on EOS, as a real model's do."""
+  model_dir = tmp_path_factory.mktemp("trained")
+  trainer = make_trainer(model_dir, train_steps=400, batch_tokens=1024,
+                         log_every_steps=100)
+  trainer.train()
+  run_dir.save(str(model_dir), trainer.config)
+  vocabulary().save(str(model_dir))
+  return model_dir
+
+
+def _both(model_dir, tmp_path, options):
+  """(our nbest function, the CTranslate2 decoder) for one checkpoint."""
+  model, vocab = run_dir.load_trained_model(str(model_dir))
+  module = TranslationModule(model, vocab, options)
+  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"), options)
+
+  def ours(texts):
+    out = module.nbest(tf.constant(texts))
+    return out["translations"].numpy(), out["scores"].numpy()
+  return ours, CT2Decoder(path)
+
+
+def _compare(ours, ct2, texts, batch_size=32):
+  same, score_gaps = 0, []
+  for start in range(0, len(texts), batch_size):
+    batch = list(texts[start:start + batch_size])
+    our_texts, our_scores = ours(batch)
+    ct2_texts, ct2_scores = ct2.nbest(batch)
+    for a, b, sa, sb in zip(our_texts, ct2_texts, our_scores, ct2_scores):
+      if a[0] == b[0]:
+        same += 1
+        score_gaps.append(abs(sa[0] - sb[0]))
+  return same / len(texts), max(score_gaps)
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_outputs_and_scores_equal_ours(trained, tmp_path, method):
+  ours, ct2 = _both(trained, tmp_path, DecodingOptions(method=method))
+  agreement, score_gap = _compare(ours, ct2, SOURCES)
+  assert agreement >= 0.99
+  assert score_gap < 1e-3
+
+
+def _our_token_log_probs(model, processor, sources, targets):
+  """log P(y_t | y_<t, X) of each target piece and EOS, teacher forced
+  through the Keras model."""
+  encode = lambda texts: [ids + [EOS_ID] for ids in processor.encode(texts)]
+  source = tf.ragged.constant(encode(list(sources))).to_tensor()
+  target = encode(list(targets))
+  target_out = tf.ragged.constant(target).to_tensor()
+  target_in = tf.ragged.constant([[BOS_ID] + t[:-1] for t in target]
+                                 ).to_tensor()
+  log_probs = tf.nn.log_softmax(model((source, target_in)))
+  picked = tf.gather(log_probs, target_out, batch_dims=2).numpy()
+  return [row[:len(t)] for row, t in zip(picked, target)]
+
+
+def _max_token_gap(model, vocab, tmp_path, sources, targets):
+  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
+                           DecodingOptions())
+  theirs = CT2Decoder(path).token_log_probs(sources, targets)
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  ours = _our_token_log_probs(model, processor, sources, targets)
+  assert [len(t) for t in theirs] == [len(o) for o in ours]
+  return max(np.max(np.abs(np.array(t) - o)) for t, o in zip(theirs, ours))
+
+
+def test_token_log_probs_equal_ours(trained, tmp_path):
+  model, vocab = run_dir.load_trained_model(str(trained))
+  gap = _max_token_gap(model, vocab, tmp_path, SOURCES[:64],
+                       REFERENCES[:64])
+  assert gap < 1e-3
+
+
+@pytest.mark.parametrize("overrides", [
+    "norm_position=pre",            # a final LayerNorm in each stack
+    "positional_encoding=learned",  # Table 3 row E: the learned table
+    "share_embeddings=False",       # three embedding matrices
+    "d_k=8,d_v=8",                  # heads narrower than d_model / h
+])
+def test_architecture_variants_convert_exactly(tmp_path, overrides):
+  config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size)
+  model = build_model(config)
+  gap = _max_token_gap(model, vocabulary(), tmp_path, SOURCES[:16],
+                       REFERENCES[:16])
+  assert gap < 1e-3
+
+
+def test_refuses_keys_and_values_of_different_sizes(tmp_path):
+  config = get_config("tiny", "d_k=8,d_v=16",
+                      vocab_size=vocabulary().vocab_size)
+  with pytest.raises(ValueError, match="d_k=8 and d_v=16"):
+    ct2_export.export(build_model(config), vocabulary(),
+                      str(tmp_path / "ct2"), DecodingOptions())
+
+
+def test_scripts_take_either_export(trained, tmp_path):
+  saved = tmp_path / "saved"
+  ct2_dir = tmp_path / "ct2"
+  for extra in ([f"--export_dir={saved}"],
+                [f"--export_dir={ct2_dir}", "--format=ctranslate2"]):
+    result = run_script("export.py", f"--model_dir={trained}", *extra)
+    assert result.returncode == 0, result.stderr[-2000:]
+  assert sorted(p.name for p in ct2_dir.iterdir()) == [
+      "config.json", "model.bin", "shared_vocabulary.json",
+      "tf_transformer.json", "vocabulary.model"]
+  source = tmp_path / "source.txt"
+  source.write_text("".join(s + "\n" for s in SOURCES[:40]))
+  reference = tmp_path / "reference.txt"
+  reference.write_text("".join(s + "\n" for s in REFERENCES[:40]))
+  outputs = []
+  for model in (saved / "1", ct2_dir):
+    result = run_script("evaluate.py", f"--model={model}",
+                        f"--source={source}", f"--reference={reference}",
+                        f"--output={tmp_path / model.name}.out")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("BLEU = ")
+    outputs.append((tmp_path / f"{model.name}.out").read_text().splitlines())
+  assert len(outputs[1]) == 40
+  assert sum(a == b for a, b in zip(*outputs)) >= 39
+
+  neither = run_script("translate.py", f"--model={tmp_path}",
+                       input_text="seven\n")
+  assert neither.returncode == 1
+  assert "neither a SavedModel (saved_model.pb) nor a CTranslate2" in (
+      neither.stderr)
