@@ -2,6 +2,11 @@
 r"""Measures training and decoding speed on this machine; prints a table
 and writes the figures, the machine, the versions and the flags as JSON.
 
+  # serving a trained model on real text, beside CTranslate2 (the figures
+  # docs/performance.md leads with; docs/recipes.md trains the model):
+  bin/benchmark.py --sections=serving --model_dir=runs/multi30k/averaged \
+      --source=runs/multi30k/data/test_2016_flickr.en \
+      --reference=runs/multi30k/data/test_2016_flickr.de
   bin/benchmark.py --config=base --output=benchmark.json
   # the synthetic decoding micro-benchmark of docs/performance.md:
   bin/benchmark.py --config=base \
@@ -16,12 +21,22 @@ Sections (--sections):
   and MirroredStrategy over --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
   here (model FLOPs: bin/model_summary.py's count, times 3).
 - scaling: training tokens/s at source lengths 16, 64, 256.
-- decode: a SavedModel exported like bin/export.py, beam 4 and greedy, at
+- serving: the run --model_dir exported as bin/export.py does (default and
+  --xla, each with oneDNN on and off) and as CTranslate2 (float32, and int8
+  quantized at load), each in a fresh process on the first
+  --serving_sentences lines of --source: sentences/s and output tokens/s at
+  --serving_batch_size in file order and sorted by length, latency (p50,
+  p90) one sentence at a time, beam search and greedy; the ratio of each to
+  CTranslate2 float32, BLEU against --reference, and the lines identical to
+  the default SavedModel's. Not run by default: it needs a trained model.
+- decode (a synthetic micro-benchmark: random weights, outputs forced to
+  --decode_words + 1 tokens): a SavedModel exported like bin/export.py, beam 4 and greedy, at
   batch 1 and --decode_batch_size: sentences/s and output tokens/s; time per
   output token at steps 10, 50, 100; sentences/s for beams 1, 4, 8.
 Warm-up runs are excluded; each figure is the median of --runs runs.
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -33,11 +48,30 @@ from absl import logging
 from tf_transformer import command
 
 FLAGS = flags.FLAGS
-SECTIONS = ("train", "scaling", "decode")
+SECTIONS = ("train", "scaling", "decode", "serving")
 flags.DEFINE_string("config", "base", "Model preset.")
 flags.DEFINE_string("hparams", "", "Config overrides.")
 flags.DEFINE_integer("vocab_size", 37000, "Vocabulary size of the model.")
-flags.DEFINE_list("sections", list(SECTIONS), f"Any of {', '.join(SECTIONS)}.")
+flags.DEFINE_list("sections", ["train", "scaling", "decode"],
+                  f"Any of {', '.join(SECTIONS)}.")
+flags.DEFINE_string("model_dir", None, "serving: a trained run or an "
+                    "averaged one.")
+flags.DEFINE_string("source", None, "serving: source sentences, one per "
+                    "line (real text, e.g. Multi30k's test_2016_flickr.en).")
+flags.DEFINE_string("reference", None, "serving: references for BLEU.")
+flags.DEFINE_integer("serving_sentences", 1000, "serving: lines of --source "
+                     "decoded in each pass.")
+flags.DEFINE_integer("serving_batch_size", 32, "serving: sentences per "
+                     "request.")
+flags.DEFINE_integer("latency_sentences", 100, "serving: sentences decoded "
+                     "one at a time for the latency figures (0: none).")
+flags.DEFINE_integer("threads", 2, "serving: CPU threads of each decoder.")
+flags.DEFINE_list("serving_decoders", None, "serving: a subset of the "
+                  "decoders (default: all).")
+flags.DEFINE_list("serving_searches", ["beam", "greedy"], "serving: beam, "
+                  "greedy or both.")
+flags.DEFINE_list("serving_orders", ["file", "sorted"], "serving: file "
+                  "order, length-sorted, or both.")
 flags.DEFINE_integer("batch_tokens", 4096, "Tokens per side of a training "
                      "batch (the paper: 25000 over 8 GPUs).")
 flags.DEFINE_integer("source_length", 32, "Sentence length of the training "
@@ -192,6 +226,44 @@ def decode_section(config, report):
                                "limit (source tokens + 1)"}
 
 
+def serving_section(report):
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer.benchmark import serving_speed
+  from tf_transformer.data.corpora import read_lines
+  if not (FLAGS.model_dir and FLAGS.source):
+    raise app.UsageError("--sections=serving needs --model_dir (a trained "
+                         "run) and --source (real text)")
+  sentences = read_lines(FLAGS.source)[:FLAGS.serving_sentences]
+  references = (read_lines(FLAGS.reference)[:len(sentences)]
+                if FLAGS.reference else None)
+  settings = serving_speed.Settings(
+      sentences, references, FLAGS.serving_batch_size,
+      tuple(FLAGS.serving_orders), tuple(FLAGS.serving_searches),
+      tuple(FLAGS.serving_decoders or serving_speed.DECODERS), FLAGS.threads,
+      FLAGS.runs, 1, FLAGS.latency_sentences)
+  results, options = serving_speed.measure(
+      FLAGS.model_dir, settings, log=lambda m: print(m, flush=True))
+  throughput, latency = serving_speed.summarize(
+      results, settings, os.path.join(FLAGS.model_dir, "vocabulary.model"))
+  base = serving_speed.BASELINE
+  columns = ["search", "order", "decoder", "sentences_per_second",
+             f"sentences_per_second_vs_{base}", "output_tokens_per_second",
+             "bleu", "identical_to_ours"]
+  _print_header(f"serving {len(sentences)} lines of {FLAGS.source}, batch "
+                f"{FLAGS.serving_batch_size}, {FLAGS.threads} threads (beam "
+                f"{options.beam_size}, alpha {options.alpha})", columns)
+  _print_rows(throughput, columns)
+  columns = ["search", "decoder", "p50_ms", f"p50_ms_vs_{base}", "p90_ms"]
+  _print_header(f"latency, one sentence per request ({FLAGS.latency_sentences}"
+                " sentences)", columns)
+  _print_rows(latency, columns)
+  report["serving"] = {"throughput": throughput, "latency": latency,
+                       "model_dir": FLAGS.model_dir, "source": FLAGS.source,
+                       "sentences": len(sentences),
+                       "decoding": dataclasses.asdict(options),
+                       "ct2_patience": settings.ct2_patience}
+
+
 def cache_read_section(config, steps):
   """What reading the self-attention cache alone costs per output token, at
   the memory's speed and at the speed of attention's batched matmuls: the
@@ -260,15 +332,19 @@ def main(argv):
                                                     FLAGS.source_length),
             "parameters": cost.parameter_count(config)}
   start = time.time()
-  peak = timing.matmul_peak(FLAGS.matmul_size, FLAGS.runs)
-  report["matmul_peak"] = peak
   m = report["machine"]
   print(f"{m['cpu']} ({m['cores']} cores, {', '.join(m['cpu_flags'])}), "
         f"TensorFlow {m['versions']['tensorflow']}, TF_ENABLE_ONEDNN_OPTS="
         f"{m['TF_ENABLE_ONEDNN_OPTS'] or 'unset'}")
+  if "serving" in FLAGS.sections:
+    serving_section(report)
+  if not {"train", "scaling", "decode"} & set(FLAGS.sections):
+    return _write(report, start)
   print(f"{FLAGS.config} ({FLAGS.hparams or 'no overrides'}), vocabulary "
         f"{config.vocab_size}: {report['parameters']:,} parameters, "
         f"{report['flops_per_token']:,} forward FLOPs per token")
+  peak = timing.matmul_peak(FLAGS.matmul_size, FLAGS.runs)
+  report["matmul_peak"] = peak
   print(f"fp32 matmul {peak['n']}^3: TensorFlow "
         f"{peak['tensorflow_gflops']:.1f} GFLOP/s, numpy "
         f"{peak['numpy_gflops']:.1f} GFLOP/s (the MFU peak: TensorFlow's)")
@@ -279,6 +355,10 @@ def main(argv):
     scaling_section(config, report, peak_gflops)
   if "decode" in FLAGS.sections:
     decode_section(config, report)
+  return _write(report, start)
+
+
+def _write(report, start):
   report["seconds"] = time.time() - start
   os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
   with open(FLAGS.output, "w", encoding="utf-8") as f:

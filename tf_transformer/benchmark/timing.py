@@ -1,6 +1,7 @@
 """Medians of timed runs, this machine's fp32 matmul peak, and what the
 machine and the software are, for benchmark reports."""
 
+import importlib
 import os
 import platform
 import statistics
@@ -113,11 +114,11 @@ def machine():
   import keras  # pylint: disable=g-import-not-at-top
   versions = {"python": sys.version.split()[0], "tensorflow": tf.__version__,
               "keras": keras.__version__, "numpy": np.__version__}
-  try:
-    import tensorflow_text  # pylint: disable=g-import-not-at-top
-    versions["tensorflow_text"] = tensorflow_text.__version__
-  except ImportError:
-    pass
+  for name in ("tensorflow_text", "ctranslate2"):
+    try:
+      versions[name] = importlib.import_module(name).__version__
+    except ImportError:
+      pass
   return {
       "cpu": _cpu_model(), "cpu_flags": _cpu_flags(),
       "cores": os.cpu_count(),

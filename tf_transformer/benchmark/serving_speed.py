@@ -1,0 +1,195 @@
+"""The serving benchmark: a trained run's exports decoding real text, beside
+CTranslate2 on the same weights, in one run of bin/benchmark.py.
+
+Each decoder runs in a fresh process (`serving_worker.py`) on the same
+sentences, one decoder after another: the SavedModel as TF Serving loads it
+(only tensorflow and tensorflow_text imported), default export and `xla`
+export, each with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS, read at start);
+CTranslate2 float32 and int8 (quantized at load) with its own beam search
+(beam, length penalty and limit as ours; its default patience of 1). At
+--serving_batch_size in file order and length-sorted, and one sentence at a
+time for latency; beam search and greedy decoding.
+"""
+
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import sacrebleu
+import sentencepiece as spm
+
+from tf_transformer.decoding.search import DecodingOptions
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "serving_worker.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoder:
+  name: str
+  kind: str = "saved_model"  # or "ctranslate2"
+  xla: bool = False
+  onednn: bool = True
+  compute_type: str = "float32"
+
+
+DECODERS = {d.name: d for d in (
+    Decoder("savedmodel_onednn"),
+    Decoder("savedmodel_no_onednn", onednn=False),
+    Decoder("savedmodel_xla_onednn", xla=True),
+    Decoder("savedmodel_xla_no_onednn", xla=True, onednn=False),
+    Decoder("ct2_float32", "ctranslate2"),
+    Decoder("ct2_int8", "ctranslate2", compute_type="int8"),
+)}
+BASELINE = "ct2_float32"  # every ratio is to this decoder
+OURS = "savedmodel_onednn"  # "identical" compares with this one
+
+
+@dataclasses.dataclass
+class Settings:
+  sentences: list
+  references: list = None
+  batch_size: int = 32
+  orders: tuple = ("file", "sorted")
+  searches: tuple = ("beam", "greedy")
+  decoders: tuple = tuple(DECODERS)
+  threads: int = 2
+  runs: int = 3
+  warmup: int = 1
+  latency_sentences: int = 100
+  ct2_patience: int = 1
+
+
+def _exports(model_dir, directory, settings):
+  """{(search, xla): SavedModel path} and the CTranslate2 path."""
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer.serving import ct2_export
+  from tf_transformer.serving import export as export_lib
+  from tf_transformer.training import run_dir
+  model, vocabulary = run_dir.load_trained_model(model_dir)
+  paths = {}
+  xlas = {DECODERS[d].xla for d in settings.decoders
+          if DECODERS[d].kind == "saved_model"}
+  for search in settings.searches:
+    options = DecodingOptions.from_config(model.config, method=search)
+    for xla in sorted(xlas):
+      module = export_lib.TranslationModule(model, vocabulary, options,
+                                            xla=xla)
+      paths[search, xla] = export_lib.export(
+          module, os.path.join(directory, f"{search}_xla{int(xla)}"))
+  ct2_path = ct2_export.export(model, vocabulary,
+                               os.path.join(directory, "ct2"),
+                               DecodingOptions.from_config(model.config))
+  return paths, ct2_path, DecodingOptions.from_config(model.config)
+
+
+def _ct2_search(search, options, patience):
+  if search == "greedy":
+    return dict(beam_size=1, max_length_offset=options.max_length_offset)
+  return dict(beam_size=options.beam_size, length_penalty=options.alpha,
+              patience=patience, max_length_offset=options.max_length_offset)
+
+
+def _run_worker(request, env_changes):
+  with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    json.dump(request, f)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env_changes)
+  try:
+    done = subprocess.run([sys.executable, WORKER, f.name], env=env,
+                          capture_output=True, text=True, check=False)
+  finally:
+    os.unlink(f.name)
+  if done.returncode:
+    raise RuntimeError(f"serving worker failed ({request['kind']} "
+                       f"{request['model']}):\n{done.stderr[-3000:]}")
+  return json.loads(done.stdout)
+
+
+def measure(model_dir, settings: Settings, log=print):
+  """{search: {decoder: worker result}} and the decoding options."""
+  with tempfile.TemporaryDirectory() as directory:
+    log(f"exporting {model_dir} ...")
+    paths, ct2_path, options = _exports(model_dir, directory, settings)
+    results = {}
+    for search in settings.searches:
+      for name in settings.decoders:
+        decoder = DECODERS[name]
+        request = dict(
+            kind=decoder.kind, sentences=settings.sentences,
+            threads=settings.threads, runs=settings.runs,
+            warmup=settings.warmup, batch_size=settings.batch_size,
+            orders=list(settings.orders),
+            latency_sentences=settings.latency_sentences)
+        if decoder.kind == "saved_model":
+          request["model"] = paths[search, decoder.xla]
+          env = {"TF_ENABLE_ONEDNN_OPTS": str(int(decoder.onednn))}
+        else:
+          request.update(model=ct2_path, compute_type=decoder.compute_type,
+                         search=_ct2_search(search, options,
+                                            settings.ct2_patience))
+          env = {}
+        log(f"{search}: {name} ...")
+        results.setdefault(search, {})[name] = _run_worker(request, env)
+  return results, options
+
+
+def _count_tokens(processor, outputs):
+  """Output subwords, the EOS of each sentence included."""
+  return sum(len(p) + 1 for p in processor.encode(outputs))
+
+
+def summarize(results, settings: Settings, vocabulary_path):
+  """Rows of figures: throughput per (search, order, decoder), latency per
+  (search, decoder)."""
+  processor = spm.SentencePieceProcessor(model_file=vocabulary_path)
+  n = len(settings.sentences)
+  throughput, latency = [], []
+  for search, by_decoder in results.items():
+    for order in settings.orders:
+      rows = []
+      for name, result in by_decoder.items():
+        measured = result["orders"][order]
+        seconds = statistics.median(measured["seconds"])
+        outputs = measured["outputs"]
+        row = dict(search=search, order=order, decoder=name,
+                   sentences_per_second=n / seconds,
+                   output_tokens_per_second=_count_tokens(
+                       processor, outputs) / seconds,
+                   seconds=measured["seconds"])
+        if OURS in by_decoder:
+          ours = by_decoder[OURS]["orders"]["file"]["outputs"]
+          row["identical_to_ours"] = sum(
+              a == b for a, b in zip(outputs, ours)) / n
+        if settings.references:
+          row["bleu"] = sacrebleu.corpus_bleu(
+              outputs, [settings.references]).score
+        rows.append(row)
+      _add_ratios(rows, "sentences_per_second")
+      throughput += rows
+    rows = []
+    for name, result in by_decoder.items():
+      if "latency_seconds" not in result:
+        continue
+      seconds = sorted(result["latency_seconds"])
+      rows.append(dict(search=search, decoder=name,
+                       p50_ms=1000 * _quantile(seconds, 0.5),
+                       p90_ms=1000 * _quantile(seconds, 0.9),
+                       sentences=len(seconds)))
+    _add_ratios(rows, "p50_ms")
+    latency += rows
+  return throughput, latency
+
+
+def _quantile(sorted_values, q):
+  return sorted_values[min(len(sorted_values) - 1,
+                           int(q * len(sorted_values)))]
+
+
+def _add_ratios(rows, key):
+  base = [r[key] for r in rows if r["decoder"] == BASELINE]
+  for row in rows:
+    row[f"{key}_vs_{BASELINE}"] = row[key] / base[0] if base else None
