@@ -261,7 +261,11 @@ def serving_section(report):
                        "model_dir": FLAGS.model_dir, "source": FLAGS.source,
                        "sentences": len(sentences),
                        "decoding": dataclasses.asdict(options),
-                       "ct2_patience": settings.ct2_patience}
+                       "ct2_patience": settings.ct2_patience,
+                       "outputs": {search: {
+                           name: result["orders"][FLAGS.serving_orders[0]][
+                               "outputs"] for name, result in by.items()}
+                                   for search, by in results.items()}}
 
 
 def cache_read_section(config, steps):

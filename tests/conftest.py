@@ -34,3 +34,21 @@ def run_script(name, *args, timeout=600, input_text=None, env=None):
       [sys.executable, os.path.join(REPO, "bin", name), *args],
       capture_output=True, text=True, timeout=timeout, input=input_text,
       env=environment, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def trained_numbers_run(tmp_path_factory):
+  """A run directory of a tiny model trained 400 steps on the numbers task
+  (about 20 s, once per test process): its searches end on EOS early and
+  unevenly, as a real model's do."""
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer.training import run_dir
+  from training_helpers import make_trainer, vocabulary
+  model_dir = tmp_path_factory.mktemp("trained_numbers")
+  keras.utils.set_random_seed(1234)
+  trainer = make_trainer(model_dir, train_steps=400, batch_tokens=1024,
+                         log_every_steps=100)
+  trainer.train()
+  run_dir.save(str(model_dir), trainer.config)
+  vocabulary().save(str(model_dir))
+  return model_dir

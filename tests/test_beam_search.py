@@ -9,10 +9,14 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer import build_model, get_config
+from tf_transformer.data import numbers
+from tf_transformer.decoding import beam_search
+from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.training import run_dir
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID],
                        [11, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
@@ -121,3 +125,39 @@ def test_fixed_length_search_compiles_once_with_xla(model):
   for row in range(3):
     assert _strip(ids[row, 0].numpy()) == _strip(eager_ids[row, 0].numpy())
   np.testing.assert_allclose(scores[:, 0], eager_scores[:, 0], rtol=1e-4)
+
+
+@pytest.mark.parametrize("columns", [3000, 3008, 40])
+def test_top_k_is_tf_top_k(columns):
+  x = tf.random.stateless_normal([6, columns], seed=[1, columns])
+  values, ids = beam_search.top_k(x, 8)
+  expected_values, expected_ids = tf.math.top_k(x, 8)
+  np.testing.assert_array_equal(ids, expected_ids)
+  np.testing.assert_array_equal(values, expected_values)
+
+
+def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
+                                                       monkeypatch):
+  """Done sentences leave the batch when a quarter of it is done; leaving at
+  once, never (XLA's static shapes) or decoding alone gives the same."""
+  model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
+  texts = [s for s, _ in numbers.generate({"test": 24}, seed=3)["test"]]
+  sources = text_decoding.encode_sources(vocabulary, texts)
+  search = lambda s: model_beam_search(model, s, beam_size=4, alpha=0.6,
+                                       max_length_offset=10)
+  ids, scores = search(sources)
+  lengths = (ids[:, 0].numpy() != PAD_ID).sum(-1)
+  assert lengths.min() < lengths.max() - 3  # sentences do end apart
+  monkeypatch.setattr(beam_search, "RETIRE_FRACTION", 10**6)
+  at_once = search(sources)
+  monkeypatch.setattr(beam_search, "RETIRE_FRACTION", 1)
+  at_end = search(sources)
+  for other_ids, other_scores in (at_once, at_end):
+    np.testing.assert_array_equal(other_ids, ids)
+    np.testing.assert_allclose(other_scores, scores, rtol=1e-6)
+  for row in (0, 7, 23):
+    alone = text_decoding.encode_sources(vocabulary, texts[row:row + 1])
+    one_ids, one_scores = search(alone)
+    assert _strip(one_ids[0, 0].numpy()) == _strip(ids[row, 0].numpy())
+    np.testing.assert_allclose(one_scores[0], scores[row], rtol=1e-4,
+                               atol=1e-5)

@@ -17,23 +17,14 @@ from tf_transformer.serving.export import TranslationModule
 from tf_transformer.special_ids import BOS_ID, EOS_ID
 from tf_transformer.training import run_dir
 from conftest import run_script
-from training_helpers import make_trainer
 from training_helpers import vocabulary
 
 SOURCES, REFERENCES = zip(*numbers.generate({"test": 200}, seed=7)["test"])
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  """A tiny model trained 400 steps on the numbers task (about 20 s): its
-  searches end on EOS, as a real model's do."""
-  model_dir = tmp_path_factory.mktemp("trained")
-  trainer = make_trainer(model_dir, train_steps=400, batch_tokens=1024,
-                         log_every_steps=100)
-  trainer.train()
-  run_dir.save(str(model_dir), trainer.config)
-  vocabulary().save(str(model_dir))
-  return model_dir
+@pytest.fixture(name="trained")
+def _trained(trained_numbers_run):
+  return trained_numbers_run
 
 
 def _both(model_dir, tmp_path, options):

@@ -16,6 +16,7 @@ from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.beam_search import tile_beams
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
+from tf_transformer.layers import decoding_cache
 from tf_transformer.special_ids import PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
@@ -106,11 +107,31 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   if max_length is None:
     max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
   # The beams share their sentence's memory; only `ancestors` is reordered.
-  cache = model.initial_cache(memory, max_length, group_size=beam_size)
+  # The source mask rides in the search's cache, so that it follows the
+  # sentences still searching.
+  cache = {"decoder": model.initial_cache(memory, max_length,
+                                          group_size=beam_size),
+           "source_mask": source_mask}
+  decoder = model.decoder
 
   def symbols_to_logits(ids, step, cache):
-    return model.decode(ids, None, source_mask, cache=cache, step=step)
+    logits, decoder_cache = model.decode(ids, None, cache["source_mask"],
+                                         cache=cache["decoder"], step=step)
+    return logits, dict(cache, decoder=decoder_cache)
 
-  return beam_search(symbols_to_logits, cache, batch_size, limits, max_length,
-                     beam_size, alpha,
-                     reorder_cache=model.decoder.reorder_cache)
+  def reorder_cache(cache, parents):
+    return dict(cache, decoder=decoder.reorder_cache(cache["decoder"],
+                                                     parents))
+
+  def select_cache(cache, sentences):
+    return {"decoder": decoder.select_sentences(cache["decoder"], sentences),
+            "source_mask": tf.gather(cache["source_mask"], sentences)}
+
+  # Under XLA every shape stays static: no sentence leaves the batch.
+  compact = not decoding_cache.in_xla()
+  return beam_search(
+      symbols_to_logits, cache, batch_size, limits, max_length, beam_size,
+      alpha, reorder_cache=reorder_cache,
+      select_cache=select_cache if compact else None,
+      cache_batch_axes={"decoder": decoder.sentence_axes(cache["decoder"]),
+                        "source_mask": 0} if compact else None)

@@ -168,6 +168,26 @@ class Decoder(_TransformerStack):
     return dict(cache, ancestors=decoding_cache.reorder(cache["ancestors"],
                                                         parents))
 
+  @staticmethod
+  def select_sentences(cache, sentences):
+    """The cache of the sentences at positions `sentences` [n] only (a
+    search drops the sentences it is done with). Copies their keys and
+    values."""
+    group_size = cache["layer_0"]["key"].shape[3] // decoding_cache.BLOCK_LENGTH
+    return {name: (decoding_cache.select_ancestors(value, sentences,
+                                                   group_size)
+                   if name == "ancestors"
+                   else decoding_cache.select(value, sentences))
+            for name, value in cache.items()}
+
+  @staticmethod
+  def sentence_axes(cache):
+    """The cache's structure with each entry's sentence axis (rows of
+    sentence-major hypotheses count as the sentence axis)."""
+    return {name: 0 if name == "ancestors"
+            else dict(decoding_cache.SENTENCE_AXES)
+            for name in cache}
+
   def call(self, x, memory=None, target_padding_mask=None,
            memory_padding_mask=None, cache=None, step=None, training=None,
            return_attention_scores=False):

@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - then always the XLA-safe ops
   _graph_in_xla = None
 
 
-def _in_xla():
+def in_xla():
   if _graph_in_xla is None:
     return True  # scatter writes and full reads are correct everywhere
   if tf.executing_eagerly():
@@ -66,7 +66,7 @@ def _in_xla():
 
 def _zeros(shape, dtype):
   """Zeros that are never folded into a constant shared between calls."""
-  if _in_xla():
+  if in_xla():
     return tf.zeros(shape, dtype)
   return tf.raw_ops.Empty(shape=tf.stack(shape), dtype=dtype, init=True)
 
@@ -109,7 +109,7 @@ def selection(ancestors, step, group_size):
   position is at most `step`. Computed once per step and shared by every
   layer; outside XLA only the blocks filled so far."""
   rows, length = _dims(ancestors)
-  if _in_xla():
+  if in_xla():
     num_blocks = length // BLOCK_LENGTH
   else:
     num_blocks = step // BLOCK_LENGTH + 1
@@ -121,6 +121,23 @@ def selection(ancestors, step, group_size):
   return tf.reshape(tf.one_hot(slots, group_size, True, False),
                     [batch, 1, group_size,
                      num_blocks * BLOCK_LENGTH * group_size])
+
+
+def select(layer_cache, sentences):
+  """One layer's cache for the sentences at positions `sentences` [n]."""
+  return {name: tf.gather(value, sentences, axis=SENTENCE_AXES[name])
+          for name, value in layer_cache.items()}
+
+
+def select_ancestors(ancestors, sentences, group_size):
+  """`ancestors` of the rows of the sentences at positions `sentences`."""
+  rows = (sentences[:, tf.newaxis] * group_size
+          + tf.range(group_size)[tf.newaxis, :])
+  return tf.gather(ancestors, tf.reshape(rows, [-1]))
+
+
+# The sentence axis of each entry of a layer's cache.
+SENTENCE_AXES = {"key": 1, "value": 1, "memory_key": 0, "memory_value": 0}
 
 
 def _dims(x):
@@ -172,7 +189,7 @@ def write(cache_buffer, new, step):
                       [batch, heads, group * depth])
   block, offset = step // BLOCK_LENGTH, step % BLOCK_LENGTH
   view = [num_blocks, batch, heads, BLOCK_LENGTH, group * depth]
-  if _in_xla():
+  if in_xla():
     where = tf.stack(tf.meshgrid(tf.range(batch), tf.range(heads),
                                  indexing="ij"), axis=-1)
     where = tf.concat([tf.fill([batch, heads, 1], block), where,
@@ -211,7 +228,7 @@ def self_attention(query, key, value, select, step):
   """
   num_blocks, batch, heads, rows, d_k = _dims(key)
   group = rows // BLOCK_LENGTH
-  if not _in_xla():  # the filled blocks: a slice without a copy
+  if not in_xla():  # the filled blocks: a slice without a copy
     num_blocks = step // BLOCK_LENGTH + 1
     key, value = key[:num_blocks], value[:num_blocks]
   q = _scaled_query(query, group, heads, d_k)[tf.newaxis]
