@@ -22,7 +22,8 @@ Sections (--sections):
   here (model FLOPs: bin/model_summary.py's count, times 3).
 - scaling: training tokens/s at source lengths 16, 64, 256.
 - serving: the run --model_dir exported as bin/export.py does (default and
-  --xla, each with oneDNN on and off) and as CTranslate2 (float32, and int8
+  --xla, each with oneDNN on and off; and --decode_parts=--threads served
+  with one intra-op thread) and as CTranslate2 (float32, and int8
   quantized at load), each in a fresh process on the first
   --serving_sentences lines of --source: sentences/s and output tokens/s at
   --serving_batch_size in file order and sorted by length, latency (p50,

@@ -40,6 +40,10 @@ flags.DEFINE_enum("quantization", None, ["int8", "int8_float32", "int16",
                                          "float16", "bfloat16"],
                   "--format=ctranslate2 only: store the weights in this type "
                   "(default float32; CTranslate2 can still quantize at load).")
+flags.DEFINE_integer("decode_parts", 1, "Decode each request as this many "
+                     "length-sorted slices at once: one per core, for a "
+                     "server run with --tensorflow_intra_op_parallelism=1 "
+                     "(docs/serving.md).", lower_bound=1)
 flags.DEFINE_bool("xla", False, "Compile the search with XLA (serve with "
                   "--xla_cpu_compilation_enabled on CPU).")
 flags.mark_flags_as_required(["model_dir", "export_dir"])
@@ -67,7 +71,7 @@ def main(argv):
     raise app.UsageError("--quantization: only with --format=ctranslate2")
   module = export_lib.TranslationModule(
       model, vocabulary, options, max_input_tokens=FLAGS.max_input_tokens,
-      xla=FLAGS.xla)
+      xla=FLAGS.xla, decode_parts=FLAGS.decode_parts)
   _stage(f"tracing the {options.method} search into 4 signatures and "
          f"writing the next version of {FLAGS.export_dir} ...", start)
   path = export_lib.export(module, FLAGS.export_dir)

@@ -14,6 +14,9 @@ from tf_transformer.decoding import beam_search
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode
+from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training import run_dir
@@ -161,3 +164,24 @@ def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
     assert _strip(one_ids[0, 0].numpy()) == _strip(ids[row, 0].numpy())
     np.testing.assert_allclose(one_scores[0], scores[row], rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("rows,method", [(24, "beam"), (1, "beam"),
+                                         (0, "beam"), (24, "greedy"),
+                                         (1, "greedy")])
+def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
+                                                     rows, method):
+  model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
+  texts = [s for s, _ in numbers.generate({"test": 24}, seed=5)["test"]]
+  sources = text_decoding.encode_sources(vocabulary, texts)[:rows]
+  options = DecodingOptions(method=method, max_length_offset=10)
+  ids, scores = decode(model, sources, options)
+  for parts in (2, 3):
+    part_ids, part_scores = tf.function(decode_in_parts)(model, sources,
+                                                         options, parts)
+    assert part_ids.shape[0] == rows
+    for row in range(rows):
+      for beam in range(options.nbest):
+        assert (_strip(part_ids[row, beam].numpy())
+                == _strip(ids[row, beam].numpy()))
+    np.testing.assert_allclose(part_scores, scores, rtol=1e-5, atol=1e-5)

@@ -4,7 +4,9 @@ CTranslate2 on the same weights, in one run of bin/benchmark.py.
 Each decoder runs in a fresh process (`serving_worker.py`) on the same
 sentences, one decoder after another: the SavedModel as TF Serving loads it
 (only tensorflow and tensorflow_text imported), default export and `xla`
-export, each with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS, read at start);
+export, each with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS, read at start),
+and the default export in --threads parts (`--decode_parts`) served with one
+intra-op thread;
 CTranslate2 float32 and int8 (quantized at load) with its own beam search
 (beam, length penalty and limit as ours; its default patience of 1). At
 --serving_batch_size in file order and length-sorted, and one sentence at a
@@ -34,19 +36,23 @@ class Decoder:
   kind: str = "saved_model"  # or "ctranslate2"
   xla: bool = False
   onednn: bool = True
+  # Parts of a request decoded at once (export --decode_parts), each on one
+  # inter-op thread, served with one intra-op thread.
+  parallel: bool = False
   compute_type: str = "float32"
 
 
 DECODERS = {d.name: d for d in (
-    Decoder("savedmodel_onednn"),
+    Decoder("savedmodel"),  # oneDNN on (TensorFlow's default on this CPU)
     Decoder("savedmodel_no_onednn", onednn=False),
-    Decoder("savedmodel_xla_onednn", xla=True),
+    Decoder("savedmodel_parts", parallel=True),
+    Decoder("savedmodel_xla", xla=True),
     Decoder("savedmodel_xla_no_onednn", xla=True, onednn=False),
     Decoder("ct2_float32", "ctranslate2"),
     Decoder("ct2_int8", "ctranslate2", compute_type="int8"),
 )}
 BASELINE = "ct2_float32"  # every ratio is to this decoder
-OURS = "savedmodel_onednn"  # "identical" compares with this one
+OURS = "savedmodel"  # "identical" compares with this one
 
 
 @dataclasses.dataclass
@@ -65,22 +71,25 @@ class Settings:
 
 
 def _exports(model_dir, directory, settings):
-  """{(search, xla): SavedModel path} and the CTranslate2 path."""
+  """{(search, xla, parallel): SavedModel path} and the CTranslate2
+  path."""
   # pylint: disable=g-import-not-at-top
   from tf_transformer.serving import ct2_export
   from tf_transformer.serving import export as export_lib
   from tf_transformer.training import run_dir
   model, vocabulary = run_dir.load_trained_model(model_dir)
   paths = {}
-  xlas = {DECODERS[d].xla for d in settings.decoders
-          if DECODERS[d].kind == "saved_model"}
+  kinds = {(DECODERS[d].xla, DECODERS[d].parallel)
+           for d in settings.decoders if DECODERS[d].kind == "saved_model"}
   for search in settings.searches:
     options = DecodingOptions.from_config(model.config, method=search)
-    for xla in sorted(xlas):
-      module = export_lib.TranslationModule(model, vocabulary, options,
-                                            xla=xla)
-      paths[search, xla] = export_lib.export(
-          module, os.path.join(directory, f"{search}_xla{int(xla)}"))
+    for xla, parallel in sorted(kinds):
+      module = export_lib.TranslationModule(
+          model, vocabulary, options, xla=xla,
+          decode_parts=settings.threads if parallel else 1)
+      paths[search, xla, parallel] = export_lib.export(
+          module, os.path.join(directory,
+                               f"{search}_xla{int(xla)}_p{int(parallel)}"))
   ct2_path = ct2_export.export(model, vocabulary,
                                os.path.join(directory, "ct2"),
                                DecodingOptions.from_config(model.config))
@@ -121,11 +130,12 @@ def measure(model_dir, settings: Settings, log=print):
         request = dict(
             kind=decoder.kind, sentences=settings.sentences,
             threads=settings.threads, runs=settings.runs,
+            intra_threads=1 if decoder.parallel else settings.threads,
             warmup=settings.warmup, batch_size=settings.batch_size,
             orders=list(settings.orders),
             latency_sentences=settings.latency_sentences)
         if decoder.kind == "saved_model":
-          request["model"] = paths[search, decoder.xla]
+          request["model"] = paths[search, decoder.xla, decoder.parallel]
           env = {"TF_ENABLE_ONEDNN_OPTS": str(int(decoder.onednn))}
         else:
           request.update(model=ct2_path, compute_type=decoder.compute_type,

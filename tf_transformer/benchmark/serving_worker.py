@@ -5,7 +5,8 @@ of tf_transformer, not even its oneDNN default, reaches the measurement), or
 only ctranslate2 and sentencepiece for a CTranslate2 model.
 
 The request (JSON): kind ("saved_model" or "ctranslate2"), model, sentences,
-threads, runs, warmup, batch_size, orders (["file", "sorted"]),
+threads (TensorFlow's inter-op threads, CTranslate2's threads),
+intra_threads (TensorFlow's), runs, warmup, batch_size, orders (["file", "sorted"]),
 latency_sentences, and for CTranslate2 compute_type and search (the
 translate_batch options). Prints JSON: per order the seconds of each timed
 pass over all sentences and the outputs in file order; for latency the
@@ -20,7 +21,8 @@ import time
 def _saved_model(request):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  tf.config.threading.set_intra_op_parallelism_threads(request["threads"])
+  tf.config.threading.set_intra_op_parallelism_threads(
+      request["intra_threads"])
   tf.config.threading.set_inter_op_parallelism_threads(request["threads"])
   serve = tf.saved_model.load(request["model"]).signatures["serving_default"]
 

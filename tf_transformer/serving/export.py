@@ -29,7 +29,9 @@ signature or TF Serving feeds it, and the batch would be flattened.
 
 By default nothing is compiled with XLA, since stock TF Serving on CPU runs
 with its XLA:CPU JIT off; `xla=True` exports the search compiled for servers
-started with --xla_cpu_compilation_enabled.
+started with --xla_cpu_compilation_enabled. `decode_parts=N` decodes each
+request as N length-sorted slices at once (`search.decode_in_parts`), for
+servers run with --tensorflow_intra_op_parallelism=1 and N inter-op threads.
 """
 
 import dataclasses
@@ -38,7 +40,7 @@ import os
 import tensorflow as tf
 
 from tf_transformer.decoding.search import DecodingOptions
-from tf_transformer.decoding.search import decode
+from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -49,7 +51,7 @@ class TranslationModule(tf.Module):
   serves in-process (bin/translate.py --model_dir uses it unsaved)."""
 
   def __init__(self, model, vocabulary, options=DecodingOptions(),
-               max_input_tokens=256, xla=False):
+               max_input_tokens=256, xla=False, decode_parts=1):
     super().__init__()
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
@@ -62,11 +64,13 @@ class TranslationModule(tf.Module):
     self.options = options
     self.nbest_size = options.nbest
     self.max_input_tokens = max_input_tokens
+    self.decode_parts = decode_parts
     model.set_xla_attention(False)
     self._search = tf.function(self._search_ids, jit_compile=xla)
 
   def _search_ids(self, source_ids):
-    return decode(self.model, source_ids, self.options)
+    return decode_in_parts(self.model, source_ids, self.options,
+                           self.decode_parts)
 
   def _tokenize(self, text):
     """Subword ids, ragged; invalid UTF-8 bytes read as U+FFFD."""
