@@ -117,3 +117,44 @@ def test_help_exits_0_and_lists_the_flags():
   result = run_script("benchmark.py", "--help")
   assert result.returncode == 0
   assert "\n  --decode_words:" in result.stdout
+
+
+def test_serving_section_compares_exports_with_ctranslate2(
+    trained_numbers_run, tmp_path):
+  from tf_transformer.data import numbers  # pylint: disable=g-import-not-at-top
+  pairs = numbers.generate({"test": 12}, seed=11)["test"]
+  source, reference = tmp_path / "source.txt", tmp_path / "reference.txt"
+  source.write_text("".join(s + "\n" for s, _ in pairs))
+  reference.write_text("".join(t + "\n" for _, t in pairs))
+  output = tmp_path / "serving.json"
+  result = run_script(
+      "benchmark.py", "--sections=serving", f"--model_dir={trained_numbers_run}",
+      f"--source={source}", f"--reference={reference}",
+      "--serving_decoders=savedmodel,savedmodel_parts,ct2_float32",
+      "--serving_searches=beam", "--serving_batch_size=4",
+      "--latency_sentences=3", "--runs=2", f"--output={output}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  serving = json.loads(output.read_text())["serving"]
+  rows = {(r["order"], r["decoder"]): r for r in serving["throughput"]}
+  assert set(rows) == {(order, decoder) for order in ("file", "sorted")
+                       for decoder in ("savedmodel", "savedmodel_parts",
+                                       "ct2_float32")}
+  for row in rows.values():
+    assert len(row["seconds"]) == 2 and row["sentences_per_second"] > 0
+    assert row["output_tokens_per_second"] > row["sentences_per_second"]
+    assert 0 <= row["bleu"] <= 100
+  assert rows["file", "ct2_float32"]["sentences_per_second_vs_ct2_float32"] == 1
+  assert rows["sorted", "savedmodel"]["identical_to_ours"] == 1
+  # The same weights and search: CTranslate2 agrees with the SavedModel.
+  assert rows["file", "ct2_float32"]["identical_to_ours"] >= 0.75
+  latency = {r["decoder"]: r for r in serving["latency"]}
+  assert latency["ct2_float32"]["p50_ms_vs_ct2_float32"] == 1
+  assert all(r["sentences"] == 3 and r["p90_ms"] >= r["p50_ms"] > 0
+             for r in latency.values())
+  assert "sentences_per_second_vs_ct2_float32" in result.stdout
+
+
+def test_serving_section_needs_a_model_and_text():
+  result = run_script("benchmark.py", "--sections=serving")
+  assert result.returncode != 0
+  assert "--sections=serving needs --model_dir" in result.stderr
