@@ -63,6 +63,8 @@ def _exhaustive_best(model, source, limit, alpha, vocab):
                                        -1)[..., 0]
   best = {}
   for seq, lp in zip(sequences, token_log_probs):
+    if PAD_ID in seq or BOS_ID in seq:
+      continue  # never outputs (special_ids.NEVER_OUTPUT)
     ends = np.where(seq == EOS_ID)[0]
     length = ends[0] + 1 if len(ends) else limit
     hypothesis = tuple(seq[:length])
@@ -85,6 +87,43 @@ def test_wide_beam_finds_the_exhaustive_optimum():
     assert ids.shape[-1] == 3
     assert list(ids[0, 0].numpy()) == expected + [PAD_ID] * (3 - len(expected))
     np.testing.assert_allclose(scores[0, 0], expected_score, rtol=1e-4)
+
+
+def test_never_emits_pad_or_bos_even_when_they_score_best():
+  vocab = 12
+  # PAD is always the most likely token, BOS the next; then 5, then EOS.
+  preference = np.zeros([vocab], np.float32)
+  preference[[PAD_ID, BOS_ID, 5, EOS_ID]] = [10.0, 9.0, 3.0, 2.0]
+
+  def symbols_to_logits(ids, step, cache):
+    del step
+    return tf.tile(preference[tf.newaxis, tf.newaxis],
+                   [tf.shape(ids)[0], 1, 1]), cache
+  ids, scores = beam_search.beam_search(
+      symbols_to_logits, {}, 2, tf.constant([6, 6]), 6, beam_size=4,
+      alpha=0.6, reorder_cache=lambda cache, parents: cache)
+  for row in ids.numpy().reshape(-1, 6):
+    kept = _strip(row)
+    assert kept and PAD_ID not in kept and BOS_ID not in kept
+  assert np.all(np.isfinite(scores.numpy())) and np.all(scores.numpy() > -1e3)
+
+
+def test_every_hypothesis_scores_what_teacher_forcing_gives(model):
+  """Each n-best entry's score is log P(Y|X) / lp(Y) of a teacher-forced
+  pass over it (EOS included when it has one)."""
+  ids, scores = model_beam_search(model, SOURCES, beam_size=4, alpha=0.6,
+                                  max_length_offset=6)
+  memory, mask = model.encode(SOURCES)
+  for row in range(3):
+    for beam in range(4):
+      output = _strip(ids[row, beam].numpy())
+      decoder_in = tf.constant([[BOS_ID] + output[:-1]], tf.int32)
+      log_probs = tf.nn.log_softmax(model.decode(
+          decoder_in, memory[row:row + 1], mask[row:row + 1]))[0].numpy()
+      total = sum(log_probs[t, token] for t, token in enumerate(output))
+      np.testing.assert_allclose(
+          scores[row, beam], total / float(length_penalty(len(output), 0.6)),
+          rtol=1e-4, atol=1e-4)
 
 
 def test_finished_hypotheses_stop_growing_and_are_sorted(model):

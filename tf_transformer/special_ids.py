@@ -8,3 +8,8 @@ PAD_ID = 0  # padding; never attended to, never scored by the loss
 UNK_ID = 1  # unknown piece
 BOS_ID = 2  # begins every decoder input (the target shifted right, section 3.1)
 EOS_ID = 3  # ends every target sequence; decoding stops on it
+
+# Never an output token, whatever a model's probabilities: every search masks
+# them (an untrained model may favour them, and a PAD input to the cached
+# decoder step would be attended to where teacher forcing masks it).
+NEVER_OUTPUT = (PAD_ID, BOS_ID)

@@ -37,7 +37,7 @@ import typing
 
 import tensorflow as tf
 
-from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
 NEG_INF = -1e9  # scores are float32 whatever the model's dtype
 RETIRE_FRACTION = 4  # done sentences leave once they are 1/4 of the batch
@@ -177,9 +177,14 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
     # The best 2k continuations of each hypothesis hold the best 2k of its
     # sentence: rank those only, and normalize only them (log-softmax is
     # logits - logsumexp).
-    per_row = min(2 * k, logits.shape[-1])
+    # special_ids.NEVER_OUTPUT are never candidates: the best 2k others are
+    # among a row's best 2k + 2 (their probability still counts in the
+    # normalization, as in greedy decoding).
+    per_row = min(2 * k + len(NEVER_OUTPUT), logits.shape[-1])
     row_logits, row_ids = top_k(logits, per_row)
-    row_log_probs = row_logits - tf.reduce_logsumexp(logits, -1, True)
+    never = tf.reduce_any(row_ids[..., tf.newaxis] == NEVER_OUTPUT, -1)
+    row_log_probs = tf.where(
+        never, NEG_INF, row_logits - tf.reduce_logsumexp(logits, -1, True))
     candidates = (tf.reshape(row_log_probs, [batch, k, per_row])
                   + s.alive_log_probs[:, :, tf.newaxis])
     top_log_probs, top_indices = tf.math.top_k(

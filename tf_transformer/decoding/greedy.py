@@ -9,12 +9,12 @@ own log P(Y|X), whatever the temperature, so samples rank like beams.
 
 import tensorflow as tf
 
-from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
 
 def _never_output_mask(vocab_size):
-  return tf.one_hot(PAD_ID, vocab_size, on_value=True, off_value=False) | (
-      tf.one_hot(BOS_ID, vocab_size, on_value=True, off_value=False))
+  return tf.reduce_any(tf.one_hot(NEVER_OUTPUT, vocab_size, on_value=True,
+                                  off_value=False), axis=0)
 
 
 def greedy_search(model, source_ids, max_length_offset=50):
@@ -69,7 +69,7 @@ def left_to_right(model, source_ids, pick, max_length_offset=50):
     logits, cache = model.decode(token, None, source_mask, cache=cache,
                                  step=step)
     log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
-    # PAD and BOS are never outputs (an untrained model may favour them).
+    # special_ids.NEVER_OUTPUT: never an output.
     allowed = tf.where(_never_output_mask(tf.shape(log_probs)[-1]),
                        log_probs.dtype.min, log_probs)
     chosen = pick(allowed, step)
