@@ -21,8 +21,9 @@ grow again. A sentence's search is over ("early stop") when
 - or at its own limit (`limits`, e.g. source length + 50), where the
   candidates of that step are finished as they are.
 The first rule makes the Multi30k benchmark 1.4x faster than the second
-alone, with the same outputs (320 of 320 lines); without its second half it
-stops too soon for weak models (numbers task: 186 of 200 lines kept).
+alone, with the same outputs (1,000 of 1,000 lines); without its second
+half it stops too soon for weak models (numbers task: 186 of 200 lines
+kept).
 
 Sentences whose search is over leave the batch (`select_cache`), so later
 steps compute only the rest; their results are fixed from the step they are
@@ -149,9 +150,9 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
 
   With `select_cache(cache, sentences)` (the cache of the sentences at
   positions `sentences` [n] only) and `cache_batch_axes` (the cache's
-  structure, with each entry's sentence axis), a sentence leaves the batch
-  the step it is done, so the steps after it compute only the sentences
-  still searching, as CTranslate2 does. Without them every sentence is
+  structure, with each entry's sentence axis), done sentences leave the
+  batch (once they are 1 / RETIRE_FRACTION of it), so later steps compute
+  only the sentences still searching, as CTranslate2's do. Without them every sentence is
   computed until the last one is done: static shapes, which XLA needs.
   Either way, each sentence gets the same hypotheses and scores."""
   k = beam_size
