@@ -78,6 +78,7 @@ def _exports(model_dir, directory, settings):
   from tf_transformer.serving import export as export_lib
   from tf_transformer.training import run_dir
   model, vocabulary = run_dir.load_trained_model(model_dir)
+  beam = DecodingOptions.from_config(model.config)
   paths = {}
   kinds = {(DECODERS[d].xla, DECODERS[d].parallel)
            for d in settings.decoders if DECODERS[d].kind == "saved_model"}
@@ -91,9 +92,8 @@ def _exports(model_dir, directory, settings):
           module, os.path.join(directory,
                                f"{search}_xla{int(xla)}_p{int(parallel)}"))
   ct2_path = ct2_export.export(model, vocabulary,
-                               os.path.join(directory, "ct2"),
-                               DecodingOptions.from_config(model.config))
-  return paths, ct2_path, DecodingOptions.from_config(model.config)
+                               os.path.join(directory, "ct2"), beam)
+  return paths, ct2_path, beam
 
 
 def _ct2_search(search, options, patience):

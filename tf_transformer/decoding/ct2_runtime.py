@@ -21,10 +21,10 @@ import os
 import numpy as np
 import sentencepiece as spm
 
+from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
 
 DECODING_FILE = "tf_transformer.json"
-VOCABULARY_FILE = "vocabulary.model"
 MODEL_FILE = "model.bin"  # what tells a CTranslate2 directory apart
 PATIENCE = 2  # see the module docstring
 
@@ -61,7 +61,7 @@ class CT2Decoder:
     self.max_input_tokens = saved["max_input_tokens"]
     self.nbest_size = self.options.nbest
     self.processor = spm.SentencePieceProcessor(
-        model_file=os.path.join(path, VOCABULARY_FILE))
+        model_file=os.path.join(path, vocabulary_lib.FILENAME))
     self.translator = ctranslate2.Translator(
         path, device="cpu", compute_type=compute_type,
         intra_threads=intra_threads)
