@@ -45,8 +45,14 @@ flags.DEFINE_integer("decode_parts", 1, "Decode each request as this many "
                      "server run with --tensorflow_intra_op_parallelism=1 "
                      "(docs/serving.md).", lower_bound=1)
 flags.DEFINE_bool("xla", False, "Compile the search with XLA (serve with "
-                  "--xla_cpu_compilation_enabled on CPU).")
+                  "--xla_cpu_compilation_enabled on CPU), one program per "
+                  "request shape: a power-of-2 batch, a multiple of 16 "
+                  "subwords (docs/serving.md).")
 flags.mark_flags_as_required(["model_dir", "export_dir"])
+flags.register_multi_flags_validator(
+    ["xla", "decode_parts"], lambda f: not (f["xla"] and f["decode_parts"] > 1),
+    "--xla with --decode_parts > 1: XLA would compile the parts anew for "
+    "every request; choose one")
 
 
 def main(argv):

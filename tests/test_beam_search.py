@@ -16,7 +16,10 @@ from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
+from tf_transformer.decoding import search
+from tf_transformer.decoding.search import decode_in_buckets
 from tf_transformer.decoding.search import decode_in_parts
+from tf_transformer.decoding.search import fixed_shape_decode
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training import run_dir
@@ -224,3 +227,43 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
         assert (_strip(part_ids[row, beam].numpy())
                 == _strip(ids[row, beam].numpy()))
     np.testing.assert_allclose(part_scores, scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
+    trained_numbers_run, method):
+  """The XLA export's search: its program builds from a shape alone (no
+  input value decides a buffer size), requests of 3 and 4 sentences in one
+  length bucket share one program, and every batch decodes as without
+  XLA."""
+  model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
+  model.set_xla_attention(False)
+  options = DecodingOptions(method=method, max_length_offset=10)
+  compiled = tf.function(
+      lambda ids: fixed_shape_decode(model, ids, options), jit_compile=True)
+  hlo = compiled.experimental_get_compiler_ir(
+      tf.TensorSpec([4, 16], tf.int32))(stage="hlo")
+  assert "while" in hlo
+  traced = compiled.experimental_get_tracing_count()
+  bucketed = tf.function(lambda ids: decode_in_buckets(
+      compiled, ids, options, length_multiple=32))
+  texts = [s for s, _ in numbers.generate({"test": 12}, seed=6)["test"]]
+  sources = text_decoding.encode_sources(vocabulary, texts)
+  assert sources.shape[1] <= 32
+  for rows in (slice(0, 3), slice(3, 7), slice(7, 8), slice(8, 12)):
+    ids, scores = decode(model, sources[rows], options)
+    xla_ids, xla_scores = bucketed(sources[rows])
+    assert xla_ids.shape[:2] == ids.shape[:2]
+    for row in range(ids.shape[0]):
+      for beam in range(options.nbest):
+        assert (_strip(xla_ids[row, beam].numpy())
+                == _strip(ids[row, beam].numpy()))
+    np.testing.assert_allclose(xla_scores, scores, rtol=1e-4, atol=1e-4)
+  # Sizes 3 and 4 pad to 4 rows, 1 to 1 row: two programs for four requests.
+  assert compiled.experimental_get_tracing_count() - traced == 2
+
+
+def test_bucket_rows_are_powers_of_2():
+  sizes = tf.constant([1, 2, 3, 4, 5, 31, 32, 33, 1000])
+  np.testing.assert_array_equal(search._next_power_of_2(sizes),
+                                [1, 2, 4, 4, 8, 32, 32, 64, 1024])

@@ -225,10 +225,30 @@ def test_export_translates_like_the_in_process_search(model_dir, exported):
   np.testing.assert_allclose(out["score"], scores[:, 0], rtol=1e-4)
 
 
-def test_xla_export_is_compiled_only_when_asked(model_dir, tmp_path):
+def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
+                                               tmp_path):
   result = run_script("export.py", f"--model_dir={model_dir}",
-                      f"--export_dir={tmp_path / 'xla'}", "--xla")
+                      f"--export_dir={tmp_path / 'xla'}", "--xla",
+                      "--max_length_offset=10")
   assert result.returncode == 0, result.stderr[-2000:]
   _, functions = _all_ops(str(tmp_path / "xla" / "1"))
   assert any("_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b
              for f in functions)
+  # Requests of any size (padded to buckets inside) translate as without XLA.
+  xla = tf.saved_model.load(str(tmp_path / "xla" / "1"))
+  plain = tf.saved_model.load(str(exported))
+  texts = ["four hundred and twenty-one", "seven", "twelve thousand and six"]
+  for batch in (texts, texts[:1]):
+    want = plain.signatures["serving_default"](text=tf.constant(batch))
+    got = xla.signatures["serving_default"](text=tf.constant(batch))
+    assert got["translation"].numpy().tolist() == (
+        want["translation"].numpy().tolist())
+    np.testing.assert_allclose(got["score"], want["score"], rtol=1e-4)
+
+
+def test_xla_export_refuses_decode_parts(model_dir, tmp_path):
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={tmp_path / 'xla'}", "--xla",
+                      "--decode_parts=2")
+  assert result.returncode != 0
+  assert "--xla with --decode_parts > 1" in result.stderr

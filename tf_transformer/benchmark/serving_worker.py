@@ -75,8 +75,12 @@ def _passes(translate, sentences, batch_size, order, runs, warmup):
 
 
 def _latency(translate, sentences, warmup):
-  for text in sentences[:warmup]:
-    translate([text])
+  """Seconds of each one-sentence call, after `warmup` untimed passes over
+  the same sentences (as a warmed-up server: an XLA export compiles once per
+  request shape, on its first request of that shape)."""
+  for _ in range(warmup):
+    for text in sentences:
+      translate([text])
   seconds = []
   for text in sentences:
     start = time.perf_counter()

@@ -17,17 +17,20 @@ def _never_output_mask(vocab_size):
                                   off_value=False), axis=0)
 
 
-def greedy_search(model, source_ids, max_length_offset=50):
+def greedy_search(model, source_ids, max_length_offset=50, max_length=None):
   """Returns (ids [batch, length] ending with EOS or cut at the limit, then
-  PAD; scores [batch], the log-probability of each output)."""
+  PAD; scores [batch], the log-probability of each output). `max_length`
+  (at least every limit) fixes the buffers' length, a static shape for
+  XLA; the ids then have `max_length` columns."""
   def most_likely(log_probs, step):
     del step
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-  return left_to_right(model, source_ids, most_likely, max_length_offset)
+  return left_to_right(model, source_ids, most_likely, max_length_offset,
+                       max_length)
 
 
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
-                  max_length_offset=50, seed=None):
+                  max_length_offset=50, seed=None, max_length=None):
   """Like `greedy_search`, drawing each token at random. `seed` (an int)
   makes the draws reproducible (stateless random ops); without it each call
   draws anew."""
@@ -48,19 +51,31 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
           logits, 1, seed=tf.stack([tf.constant(seed), step]),
           dtype=tf.int32)
     return drawn[:, 0]
-  return left_to_right(model, source_ids, draw, max_length_offset)
+  return left_to_right(model, source_ids, draw, max_length_offset,
+                       max_length)
 
 
-def left_to_right(model, source_ids, pick, max_length_offset=50):
+def left_to_right(model, source_ids, pick, max_length_offset=50,
+                  max_length=None):
   """The loop both share: `pick(log_probs [batch, vocab], step) -> [batch]`
   chooses each next token."""
+  fixed_length = max_length is not None
   batch = tf.shape(source_ids)[0]
   memory, source_mask = model.encode(source_ids)
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
-  max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
+  if not fixed_length:
+    max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
   cache = model.initial_cache(memory, max_length)
-  outputs = tf.TensorArray(tf.int32, size=max_length,
-                           element_shape=source_ids.shape[:1])
+  if fixed_length:  # a [batch, max_length] PAD buffer: static shapes
+    outputs = tf.fill([batch, max_length], PAD_ID)
+    write = lambda outputs, step, chosen: tf.where(
+        tf.range(max_length) == step, chosen[:, tf.newaxis], outputs)
+    result = lambda outputs, step: outputs
+  else:  # as long as the loop runs
+    outputs = tf.TensorArray(tf.int32, size=max_length,
+                             element_shape=source_ids.shape[:1])
+    write = lambda outputs, step, chosen: outputs.write(step, chosen)
+    result = lambda outputs, step: tf.transpose(outputs.stack()[:step])
   token = tf.fill([batch, 1], BOS_ID)
   finished = tf.zeros([batch], tf.bool)
   scores = tf.zeros([batch], tf.float32)
@@ -76,9 +91,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50):
     chosen_log_prob = tf.gather(log_probs, chosen, batch_dims=1)
     scores += tf.where(finished, 0.0, chosen_log_prob)
     chosen = tf.where(finished, PAD_ID, chosen)
-    outputs = outputs.write(step, chosen)
+    outputs = write(outputs, step, chosen)
     finished = finished | tf.equal(chosen, EOS_ID) | (step + 1 >= limits)
     token = chosen[:, tf.newaxis]
     step += 1
-  ids = tf.transpose(outputs.stack()[:step])
-  return ids, scores
+  return result(outputs, step), scores

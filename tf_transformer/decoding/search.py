@@ -17,9 +17,12 @@ from tf_transformer.decoding.beam_search import tile_beams
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
 from tf_transformer.layers import decoding_cache
-from tf_transformer.special_ids import PAD_ID
+from tf_transformer.special_ids import EOS_ID, PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
+# Source lengths are padded to multiples of this under XLA (one compiled
+# search per multiple and batch size, not one per request).
+LENGTH_BUCKET = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +75,8 @@ class DecodingOptions:
 def decode(model, source_ids, options=DecodingOptions(), max_length=None):
   """(ids [batch, nbest, length], scores [batch, nbest]), best first, for
   `source_ids` [batch, source_length] (EOS-terminated, PAD-padded).
-  `max_length` (beam search only) fixes the buffers' length for XLA."""
+  `max_length` (at least every sentence's limit) fixes the buffers' length,
+  a static shape for XLA; the ids then have `max_length` columns."""
   if options.method == "beam":
     return model_beam_search(model, source_ids, options.beam_size,
                              options.alpha, options.max_length_offset,
@@ -81,17 +85,57 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None):
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
     ids, log_probs = greedy_search(model, source_ids,
-                                   options.max_length_offset)
+                                   options.max_length_offset, max_length)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
-        options.max_length_offset, options.seed)
+        options.max_length_offset, options.seed, max_length)
   lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)
   scores = tf.reshape(log_probs / length_penalty(lengths, options.alpha),
                       [batch, n])
   ids = tf.reshape(ids, [batch, n, -1])
   scores, order = tf.math.top_k(scores, k=n)
   return tf.gather(ids, order, batch_dims=1), scores
+
+
+def fixed_shape_decode(model, source_ids, options=DecodingOptions()):
+  """`decode` with every buffer sized by `source_ids`' shape alone (its
+  length + the offset), never by its values: compiled with XLA, one program
+  serves every batch of that shape. The ids have that many columns."""
+  max_length = tf.shape(source_ids)[1] + options.max_length_offset
+  return decode(model, source_ids, options, max_length=max_length)
+
+
+def decode_in_buckets(compiled_decode, source_ids, options=DecodingOptions(),
+                      length_multiple=LENGTH_BUCKET):
+  """`compiled_decode` (a `fixed_shape_decode` compiled with XLA) of
+  `source_ids` padded to a bucket: rows to the next power of 2 (with
+  one-token sentences), columns to the next multiple of `length_multiple`,
+  so a server compiles a few programs once instead of one per request.
+  Returns what `decode` returns for `source_ids`, PAD-padded to the
+  batch's longest limit."""
+  batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+  rows = _next_power_of_2(tf.maximum(batch, 1))
+  columns = (length + length_multiple - 1) // length_multiple * length_multiple
+  padded = tf.pad(source_ids, [[0, rows - batch], [0, columns - length]],
+                  constant_values=PAD_ID)
+  # Filler rows are one-token sentences (EOS): all-PAD ones attend nowhere.
+  filler = tf.range(rows)[:, tf.newaxis] >= batch
+  padded = tf.where(filler & (tf.range(columns) == 0), EOS_ID, padded)
+  ids, scores = compiled_decode(padded)
+  lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), 1)
+  # (an empty batch's maximum is the lowest int32: its limit is 1)
+  limit = tf.maximum(tf.reduce_max(lengths) + options.max_length_offset, 1)
+  return ids[:batch, :, :limit], scores[:batch]
+
+
+def _next_power_of_2(n):
+  """The smallest power of 2 >= n (int32 n >= 1): n - 1 with every bit
+  below its highest set, plus 1."""
+  n -= 1
+  for shift in (1, 2, 4, 8, 16):
+    n = tf.bitwise.bitwise_or(n, tf.bitwise.right_shift(n, shift))
+  return n + 1
 
 
 def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2):

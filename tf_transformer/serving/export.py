@@ -29,7 +29,10 @@ signature or TF Serving feeds it, and the batch would be flattened.
 
 By default nothing is compiled with XLA, since stock TF Serving on CPU runs
 with its XLA:CPU JIT off; `xla=True` exports the search compiled for servers
-started with --xla_cpu_compilation_enabled. `decode_parts=N` decodes each
+started with --xla_cpu_compilation_enabled, on requests padded to a few
+shapes (`search.decode_in_buckets`), so that the server compiles once per
+shape (a power-of-2 batch size and a multiple of 16 subwords), not per
+request. `decode_parts=N` decodes each
 request as N length-sorted slices at once (`search.decode_in_parts`), for
 servers run with --tensorflow_intra_op_parallelism=1 and N inter-op threads.
 """
@@ -40,7 +43,9 @@ import os
 import tensorflow as tf
 
 from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode_in_buckets
 from tf_transformer.decoding.search import decode_in_parts
+from tf_transformer.decoding.search import fixed_shape_decode
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -64,13 +69,27 @@ class TranslationModule(tf.Module):
     self.options = options
     self.nbest_size = options.nbest
     self.max_input_tokens = max_input_tokens
+    if xla and decode_parts > 1:
+      raise ValueError(f"decode_parts={decode_parts} with xla=True: the "
+                       "parts' shapes depend on the lengths, which XLA "
+                       "would compile anew for every request")
     self.decode_parts = decode_parts
     model.set_xla_attention(False)
-    self._search = tf.function(self._search_ids, jit_compile=xla)
+    if xla:
+      self._compiled = tf.function(self._fixed_shape_search, jit_compile=True)
+      self._search = self._bucketed_search
+    else:
+      self._search = tf.function(self._search_ids)
 
   def _search_ids(self, source_ids):
     return decode_in_parts(self.model, source_ids, self.options,
                            self.decode_parts)
+
+  def _fixed_shape_search(self, source_ids):
+    return fixed_shape_decode(self.model, source_ids, self.options)
+
+  def _bucketed_search(self, source_ids):
+    return decode_in_buckets(self._compiled, source_ids, self.options)
 
   def _tokenize(self, text):
     """Subword ids, ragged; invalid UTF-8 bytes read as U+FFFD."""
