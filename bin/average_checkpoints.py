@@ -13,7 +13,7 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer import model as model_lib
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 from tf_transformer.training.checkpoints import CheckpointError
 from tf_transformer.training.checkpoints import average_checkpoints
 

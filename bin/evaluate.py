@@ -15,7 +15,7 @@ from tf_transformer import command
 from tf_transformer import evaluation
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
-from tf_transformer.decoding import translator_flags
+from tf_transformer.run import translator_flags
 from tf_transformer.decoding.translator import one_line
 from tf_transformer.progress import Progress
 

@@ -21,9 +21,10 @@ from absl import flags
 from absl import logging
 
 from tf_transformer import command
-from tf_transformer.decoding import translator_flags
+from tf_transformer.run import translator_flags
+from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.serving import export as export_lib
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "A training run or an averaged one.")
@@ -75,7 +76,7 @@ def main(argv):
     return _export_ctranslate2(model, vocabulary, options, start)
   if FLAGS.quantization:
     raise app.UsageError("--quantization: only with --format=ctranslate2")
-  module = export_lib.TranslationModule(
+  module = TranslationModule(
       model, vocabulary, options, max_input_tokens=FLAGS.max_input_tokens,
       xla=FLAGS.xla, decode_parts=FLAGS.decode_parts)
   _stage(f"tracing the {options.method} search into 4 signatures and "

@@ -13,7 +13,7 @@ from tf_transformer import command
 from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),

@@ -46,11 +46,8 @@ def _attention(sentence):
     import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
     attention = tf.saved_model.load(FLAGS.model).signatures["attention"]
   else:
-    # pylint: disable=g-import-not-at-top
-    from tf_transformer.serving.export import TranslationModule
-    from tf_transformer.training import run_dir
-    model, vocabulary = run_dir.load_trained_model(FLAGS.model_dir)
-    module = TranslationModule(model, vocabulary)
+    from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
+    module = loading.translation_module(FLAGS.model_dir)
     attention = module.attention  # (the tf.function holds `module` weakly)
   out = attention(text=tf.constant([sentence]))
   return {key: value.numpy()[0] for key, value in out.items()}

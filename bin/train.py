@@ -30,7 +30,7 @@ from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.training import interruption
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
 

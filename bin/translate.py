@@ -12,7 +12,7 @@ import sys
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer.decoding import translator_flags
+from tf_transformer.run import translator_flags
 from tf_transformer.decoding.translator import output_lines
 from tf_transformer.progress import Progress
 

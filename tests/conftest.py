@@ -42,7 +42,7 @@ def trained_numbers_run(tmp_path_factory):
   (about 20 s, once per test process): its searches end on EOS early and
   unevenly, as a real model's do."""
   # pylint: disable=g-import-not-at-top
-  from tf_transformer.training import run_dir
+  from tf_transformer.run import run_dir
   from training_helpers import make_trainer, vocabulary
   model_dir = tmp_path_factory.mktemp("trained_numbers")
   keras.utils.set_random_seed(1234)

@@ -22,7 +22,7 @@ from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.decoding.search import fixed_shape_decode
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID],
                        [11, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])

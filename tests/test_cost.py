@@ -7,7 +7,7 @@ import pytest
 from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 from conftest import run_script
 from training_helpers import write_run_dir
 

@@ -13,9 +13,9 @@ from tf_transformer.data import numbers
 from tf_transformer.decoding.ct2_runtime import CT2Decoder
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.serving import ct2_export
-from tf_transformer.serving.export import TranslationModule
+from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.special_ids import BOS_ID, EOS_ID
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 from conftest import run_script
 from training_helpers import vocabulary
 

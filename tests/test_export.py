@@ -18,7 +18,7 @@ from tf_transformer import build_model
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import model_beam_search
-from tf_transformer.training import run_dir
+from tf_transformer.run import run_dir
 from conftest import run_script
 from training_helpers import write_run_dir
 

@@ -62,7 +62,7 @@ def write_run_dir(directory):
   """A run directory (config, vocabulary, one checkpoint) of an untrained
   tiny model: enough for export and translation mechanics."""
   from tf_transformer import build_model  # pylint: disable=g-import-not-at-top
-  from tf_transformer.training import run_dir  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run import run_dir  # pylint: disable=g-import-not-at-top
   # Module fixtures call this before the per-test seeding: seed here, or
   # every run draws another model.
   keras.utils.set_random_seed(2024)

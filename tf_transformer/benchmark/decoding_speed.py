@@ -23,6 +23,7 @@ from tf_transformer.benchmark.timing import median_seconds
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
+from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.serving import export as export_lib
 from tf_transformer.special_ids import PAD_ID
 
@@ -59,7 +60,7 @@ def sentences(vocabulary, count, words_per_sentence, seed=0):
 
 def export_model(model, vocabulary, options, directory=None):
   """Exports `model` as bin/export.py does (no XLA); returns the path."""
-  module = export_lib.TranslationModule(model, vocabulary, options)
+  module = TranslationModule(model, vocabulary, options)
   directory = directory or tempfile.mkdtemp(prefix="tf_transformer_bench_")
   return export_lib.export(module, os.path.join(directory, "model"))
 
@@ -123,7 +124,7 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
 
   def translate(length):
     if length not in translators:
-      module = export_lib.TranslationModule(model, vocabulary,
+      module = TranslationModule(model, vocabulary,
                                             DecodingOptions(
           beam_size=beam_size, max_length_offset=length - (words + 1)))
       translators[length] = lambda: module.serve(batch)["translation"].numpy()
@@ -180,7 +181,7 @@ def beam_scaling(model, vocabulary, texts, beam_sizes=(1, 4, 8),
   batches = _batches(texts, batch_size)
   results = {}
   for k in beam_sizes:
-    module = export_lib.TranslationModule(model, vocabulary, DecodingOptions(
+    module = TranslationModule(model, vocabulary, DecodingOptions(
         beam_size=k, max_length_offset=max_length_offset))
 
     def translate_all(module=module):

@@ -74,9 +74,10 @@ def _exports(model_dir, directory, settings):
   """{(search, xla, parallel): SavedModel path} and the CTranslate2
   path."""
   # pylint: disable=g-import-not-at-top
+  from tf_transformer.decoding.translation_module import TranslationModule
+  from tf_transformer.run import run_dir
   from tf_transformer.serving import ct2_export
   from tf_transformer.serving import export as export_lib
-  from tf_transformer.training import run_dir
   model, vocabulary = run_dir.load_trained_model(model_dir)
   beam = DecodingOptions.from_config(model.config)
   paths = {}
@@ -85,7 +86,7 @@ def _exports(model_dir, directory, settings):
   for search in settings.searches:
     options = DecodingOptions.from_config(model.config, method=search)
     for xla, parallel in sorted(kinds):
-      module = export_lib.TranslationModule(
+      module = TranslationModule(
           model, vocabulary, options, xla=xla,
           decode_parts=settings.threads if parallel else 1)
       paths[search, xla, parallel] = export_lib.export(

@@ -1,10 +1,10 @@
-"""Text to translations from an exported SavedModel or a checkpoint, in
-batches: what bin/translate.py and bin/evaluate.py share."""
+"""Text to translations from an export (a SavedModel or a CTranslate2
+directory) or an in-process `TranslationModule`, in batches: what
+bin/translate.py and bin/evaluate.py share."""
 
 import tensorflow as tf
 
 from tf_transformer.decoding import ct2_runtime
-from tf_transformer.decoding.search import DecodingOptions
 
 
 def one_line(text):
@@ -72,17 +72,9 @@ class Translator:
     return cls(nbest_fn, nbest_size, counts and _count_fn(counts))
 
   @classmethod
-  def from_model_dir(cls, model_dir, checkpoint=None, **options):
-    """A checkpoint run in-process through the export's own graph code;
-    `options`: DecodingOptions fields (None keeps the config's)."""
-    # pylint: disable=g-import-not-at-top
-    from tf_transformer.serving.export import TranslationModule
-    from tf_transformer.training import run_dir
-    model, vocabulary = run_dir.load_trained_model(model_dir, checkpoint)
-    module = TranslationModule(
-        model, vocabulary, DecodingOptions.from_config(model.config,
-                                                       **options))
-
+  def from_module(cls, module):
+    """A `TranslationModule` run in-process (the run layer builds one from a
+    checkpoint: `run.loading`)."""
     def nbest_fn(texts):
       out = module.nbest(tf.constant(texts, tf.string, shape=[len(texts)]))
       return out["translations"].numpy(), out["scores"].numpy()

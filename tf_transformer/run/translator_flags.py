@@ -6,6 +6,7 @@ from absl import flags
 from tf_transformer.decoding.search import METHODS
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translator import Translator
+from tf_transformer.run import loading
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
                   "temperature", "top_k", "num_samples", "sampling_seed")
@@ -69,9 +70,9 @@ def make_translator(values=None) -> Translator:
     if given:
       raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
                            "export; re-export, or use --model_dir")
-    return Translator.from_export(values.model)
+    return loading.translator(model=values.model)
   try:
-    return Translator.from_model_dir(values.model_dir,
-                                     **decoding_overrides(values))
+    return loading.translator(model_dir=values.model_dir,
+                              **decoding_overrides(values))
   except ValueError as e:
     raise app.UsageError(f"decoding flags: {e}") from e

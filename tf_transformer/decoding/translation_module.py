@@ -1,0 +1,184 @@
+"""Text in, translations out, as one `tf.Module`: SentencePiece tokenization
+(tensorflow-text), the search of `DecodingOptions` and detokenization, all
+in the graph. `serving/export.py` saves it for TensorFlow Serving; the run
+layer also uses it in-process (bin/translate.py --model_dir).
+
+Functions (each a `tf.function` with an input signature):
+
+- `serve`: text [batch] string -> translation [batch] string, score [batch]
+  float (log P / length penalty of the best hypothesis);
+- `nbest`: text -> translations [batch, n], scores [batch, n] (n: the beam
+  size, or the number of samples);
+- `translate_ids`: source_ids [batch, length] int32 (EOS-terminated,
+  PAD-padded) -> target_ids [batch, length'], score [batch];
+- `attention`: text -> translation, source_tokens [batch, S] and
+  target_tokens [batch, T] (subwords, "" as padding, target ending with
+  "</s>"), and the attention weights of the best translation in a
+  teacher-forced pass, [batch, layers, heads, rows, columns]:
+  encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
+  alignments and plots like the paper's Figures 3 to 5;
+- `count_input_tokens`: each text's subwords before the cut, and the limit.
+
+Every request gets a defined answer: invalid UTF-8 bytes are replaced with
+U+FFFD, inputs are cut to `max_input_tokens` subwords, outputs to source
+length + `max_length_offset`, and an empty batch gives empty outputs. An
+input of another rank (a scalar, a [2, 2] matrix) is refused with
+InvalidArgumentError "Shape of tensor text [2,2] is not compatible with
+expected shape [?]": the declared [None] alone is not checked when a loaded
+signature or TF Serving feeds it, and the batch would be flattened.
+
+By default nothing is compiled with XLA, since stock TF Serving on CPU runs
+with its XLA:CPU JIT off; `xla=True` compiles the search for servers
+started with --xla_cpu_compilation_enabled, on requests padded to a few
+shapes (`search.decode_in_buckets`), so that the server compiles once per
+shape (a power-of-2 batch size and a multiple of 16 subwords), not per
+request. `decode_parts=N` decodes each request as N length-sorted slices at
+once (`search.decode_in_parts`), for servers run with
+--tensorflow_intra_op_parallelism=1 and N inter-op threads.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode_in_buckets
+from tf_transformer.decoding.search import decode_in_parts
+from tf_transformer.decoding.search import fixed_shape_decode
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+
+ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
+
+
+class TranslationModule(tf.Module):
+  """The exported object: the model, its tokenizer and the search. It also
+  serves in-process (bin/translate.py --model_dir uses it unsaved)."""
+
+  def __init__(self, model, vocabulary, options=DecodingOptions(),
+               max_input_tokens=256, xla=False, decode_parts=1):
+    super().__init__()
+    self.model = model
+    self.tokenizer = vocabulary.make_tokenizer()
+    if model.config.positional_encoding == "learned":
+      # A learned table has no rows past max_length.
+      max_input_tokens = min(max_input_tokens, model.config.max_length - 1)
+      options = dataclasses.replace(options, max_length_offset=min(
+          options.max_length_offset,
+          model.config.max_length - max_input_tokens - 1))
+    self.options = options
+    self.nbest_size = options.nbest
+    self.max_input_tokens = max_input_tokens
+    if xla and decode_parts > 1:
+      raise ValueError(f"decode_parts={decode_parts} with xla=True: the "
+                       "parts' shapes depend on the lengths, which XLA "
+                       "would compile anew for every request")
+    self.decode_parts = decode_parts
+    model.set_xla_attention(False)
+    if xla:
+      self._compiled = tf.function(self._fixed_shape_search, jit_compile=True)
+      self._search = self._bucketed_search
+    else:
+      self._search = tf.function(self._search_ids)
+
+  def _search_ids(self, source_ids):
+    return decode_in_parts(self.model, source_ids, self.options,
+                           self.decode_parts)
+
+  def _fixed_shape_search(self, source_ids):
+    return fixed_shape_decode(self.model, source_ids, self.options)
+
+  def _bucketed_search(self, source_ids):
+    return decode_in_buckets(self._compiled, source_ids, self.options)
+
+  def _tokenize(self, text):
+    """Subword ids, ragged; invalid UTF-8 bytes read as U+FFFD."""
+    return self.tokenizer.tokenize(tf.strings.unicode_transcode(
+        text, "UTF-8", "UTF-8", errors="replace"))
+
+  def _encode(self, text):
+    pieces = self._tokenize(text)[:, :self.max_input_tokens]
+    eos = tf.fill([pieces.nrows(), 1], EOS_ID)
+    return tf.concat([pieces, eos], axis=1).to_tensor()
+
+  def _if_not_empty(self, text, fn, empty):
+    """fn() for a non-empty batch, else `empty`'s zero-row tensors, with
+    static trailing dimensions set from `empty` (tf.cond alone would lose
+    them)."""
+    results = tf.cond(tf.size(text) > 0, fn, lambda: empty)
+    for result, like in zip(tf.nest.flatten(results), tf.nest.flatten(empty)):
+      result.set_shape([None] + like.shape[1:])
+    return results
+
+  def _nbest(self, text):
+    n = self.nbest_size
+
+    def search():
+      ids, scores = self._search(self._encode(text))
+      batch = tf.shape(ids)[0]
+      flat = tf.reshape(ids, [batch * n, tf.shape(ids)[2]])
+      return tf.reshape(self.tokenizer.detokenize(flat), [batch, n]), scores
+    return self._if_not_empty(text, search, (tf.zeros([0, n], tf.string),
+                                             tf.zeros([0, n], tf.float32)))
+
+  def _attention(self, text):
+    def weights():
+      source_ids = self._encode(text)
+      target_ids = self._search(source_ids)[0][:, 0]
+      target_ids = _trim_padding(target_ids)
+      target_in = tf.concat([tf.fill([tf.shape(target_ids)[0], 1], BOS_ID),
+                             target_ids[:, :-1]], axis=1)
+      attention = self.model.attention_weights(source_ids, target_in)
+      stacked = tuple(tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
+                      for kind in ATTENTION_KINDS)
+      return (self.tokenizer.detokenize(target_ids),
+              self._pieces(source_ids), self._pieces(target_ids)) + stacked
+    layers, heads = self.model.config.num_layers, self.model.config.num_heads
+    empty = (tf.zeros([0], tf.string), tf.zeros([0, 0], tf.string),
+             tf.zeros([0, 0], tf.string)) + tuple(
+                 tf.zeros([0, layers, heads, 0, 0]) for _ in ATTENTION_KINDS)
+    results = self._if_not_empty(text, weights, empty)
+    return dict(zip(("translation", "source_tokens", "target_tokens")
+                    + ATTENTION_KINDS, results))
+
+  def _pieces(self, ids):
+    return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def serve(self, text):
+    texts, scores = self._nbest(_checked(text))
+    return {"translation": texts[:, 0], "score": scores[:, 0]}
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def nbest(self, text):
+    texts, scores = self._nbest(_checked(text))
+    return {"translations": texts, "scores": scores}
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  def translate_ids(self, source_ids):
+    ids, scores = self._search(_checked(source_ids))
+    return {"target_ids": ids[:, 0], "score": scores[:, 0]}
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def attention(self, text):
+    return self._attention(_checked(text))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def count_input_tokens(self, text):
+    """Each text's subwords before the cut to `max_input_tokens`, and that
+    limit: what a client needs to warn about cut inputs. Saved with the
+    export but not a serving signature."""
+    lengths = self._tokenize(_checked(text)).row_lengths()
+    return {"tokens": tf.cast(lengths, tf.int32),
+            "max_input_tokens": tf.constant(self.max_input_tokens, tf.int32)}
+
+
+def _checked(tensor):
+  """`tensor`, after a run-time check that it has its declared shape (an
+  EnsureShape op, which graph optimization keeps, unlike a rank test)."""
+  return tf.ensure_shape(tensor, tensor.shape)
+
+
+def _trim_padding(ids):
+  """Drops the columns that are PAD in every row."""
+  length = tf.reduce_max(tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), 1))
+  return ids[:, :length]
