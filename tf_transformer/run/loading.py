@@ -1,7 +1,6 @@
 """A run directory turned into what the commands use: its model and
 vocabulary (`run_dir.load_trained_model`), an in-process `TranslationModule`
-(the export's own graph code, unsaved), or a `Translator` over either a run
-or an export."""
+(the export's own graph code, unsaved), or a `Translator` over it."""
 
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translation_module import TranslationModule
@@ -18,13 +17,8 @@ def translation_module(model_dir, checkpoint=None, **options):
       model, vocabulary, DecodingOptions.from_config(model.config, **options))
 
 
-def translator(model=None, model_dir=None, checkpoint=None, **options):
-  """A `Translator` over an export (`model`: a SavedModel version or a
-  CTranslate2 directory, whose decoding is fixed) or over a run's checkpoint
-  (`model_dir`, with `options`)."""
-  if bool(model) == bool(model_dir):
-    raise ValueError("pass exactly one of model and model_dir")
-  if model:
-    return Translator.from_export(model)
+def translator(model_dir, checkpoint=None, **options):
+  """A `Translator` over `translation_module(model_dir, checkpoint,
+  **options)`, run in-process (for an export: `Translator.from_export`)."""
   return Translator.from_module(translation_module(model_dir, checkpoint,
                                                    **options))

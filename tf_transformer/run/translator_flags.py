@@ -70,9 +70,8 @@ def make_translator(values=None) -> Translator:
     if given:
       raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
                            "export; re-export, or use --model_dir")
-    return loading.translator(model=values.model)
+    return Translator.from_export(values.model)
   try:
-    return loading.translator(model_dir=values.model_dir,
-                              **decoding_overrides(values))
+    return loading.translator(values.model_dir, **decoding_overrides(values))
   except ValueError as e:
     raise app.UsageError(f"decoding flags: {e}") from e
