@@ -12,7 +12,9 @@ import math
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import masks
+from tf_transformer.layers import shapes
 
 
 def scaled_dot_product_attention(query, key, value, mask=None):
@@ -84,14 +86,24 @@ class MultiHeadAttention(keras.layers.Layer):
   (d_model / h in the paper; other sizes for Table 3 rows A and B). The output
   has the query's last dimension, d_model.
 
-  `call(query, value=None, attention_mask=None, key_value=None)`: attends from `query`
-  [batch, q_len, d_model] to `value` [batch, k_len, d_model] (self-attention
-  when `value` is None). Masks are never named `mask`, so Keras' implicit
-  mask propagation stays out of the way. `key_value` replaces the projection of `value` with
-  precomputed (key, value) heads from `project_key_value` (heads computed once
-  and attended to many times; the decoder's incremental steps use the
-  projections directly with `decoding_cache`). `attention_mask` is bool, broadcastable to [batch, heads, q_len, k_len],
-  True = may attend.
+  `call(query, value=None, attention_mask=None, key_value=None)`: attends
+  from `query` [batch, q_len, d_model] to `value` [batch, k_len, d_model]
+  (self-attention when `value` is None). Masks are never named `mask`, so
+  Keras' implicit mask propagation stays out of the way. `attention_mask` is
+  bool, broadcastable to [batch, heads, q_len, k_len], True = may attend.
+  `key_value` replaces the projection of `value` with precomputed (key,
+  value) heads from `project_key_value` (the encoder output's, computed once
+  and attended to at every decoding step).
+
+  Incremental decoding (the decoder's self-attention) passes `cache` (one
+  layer's "key" and "value" buffers from `decoding_cache.buffer`) and
+  `step`: `query` is then position `step` of `group` hypotheses per sentence,
+  [batch, group, d_model], its keys and values are written into the cache,
+  `attention_mask` is the step's `decoding_cache.selection`, and the call
+  returns (output, cache). The projections are the same as without a cache,
+  so a change to them is made once. `return_attention_scores=True` appends
+  the weights [batch, heads, q_len, k_len] (with a cache: q_len = group,
+  k_len = the positions read so far, see `decoding_cache.attend`).
   """
 
   def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
@@ -127,9 +139,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
   def _split_heads(self, x, depth):
     """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
-    shape = tf.shape(x)  # explicit sizes: -1 is ambiguous for empty batches
-    x = tf.reshape(x, [shape[0], shape[1], self.num_heads, depth])
-    return tf.transpose(x, [0, 2, 1, 3])
+    batch, length, _ = shapes.dims(x)
+    x = tf.reshape(x, [batch, length, self.num_heads, depth])
+    return shapes.swap_axes_1_2(x)
+
+  def _merge_heads(self, heads):
+    """[batch, heads, length, d_v] -> [batch, length, heads * d_v]."""
+    x = shapes.swap_axes_1_2(heads)
+    batch, length, _, _ = shapes.dims(x)
+    return tf.reshape(x, [batch, length, self.num_heads * self.d_v])
 
   def project_key_value(self, value):
     """(K W^K, V W^V) split into heads: [batch, heads, length, d_k or d_v]."""
@@ -137,20 +155,30 @@ class MultiHeadAttention(keras.layers.Layer):
             self._split_heads(self.value_dense(value), self.d_v))
 
   def call(self, query, value=None, attention_mask=None, key_value=None,
-           training=None,
+           cache=None, step=None, training=None,
            return_attention_scores=False):
-    if key_value is None:
-      key_value = self.project_key_value(query if value is None else value)
-    key, value_heads = key_value
     query_heads = self._split_heads(self.query_dense(query), self.d_k)
-    heads, weights = self.attention(query_heads, key, value_heads,
-                                    attention_mask,
-                                    training=training)
-    heads = tf.transpose(heads, [0, 2, 1, 3])
-    shape = tf.shape(heads)
-    concat = tf.reshape(heads, [shape[0], shape[1], self.num_heads * self.d_v])
-    output = self.output_dense(concat)
-    return (output, weights) if return_attention_scores else output
+    if cache is not None:
+      key = decoding_cache.write(
+          cache["key"], self._split_heads(self.key_dense(query), self.d_k),
+          step)
+      value_heads = decoding_cache.write(
+          cache["value"],
+          self._split_heads(self.value_dense(query), self.d_v), step)
+      heads, weights = decoding_cache.attend(query_heads, key, value_heads,
+                                             attention_mask, step)
+      cache = {"key": key, "value": value_heads}
+    else:
+      if key_value is None:
+        key_value = self.project_key_value(query if value is None else value)
+      heads, weights = self.attention(query_heads, *key_value,
+                                      attention_mask, training=training)
+    outputs = (self.output_dense(self._merge_heads(heads)),)
+    if cache is not None:
+      outputs += (cache,)
+    if return_attention_scores:
+      outputs += (weights,)
+    return outputs[0] if len(outputs) == 1 else outputs
 
   def get_config(self):
     return {**super().get_config(), "num_heads": self.num_heads,

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import masks
+from tf_transformer.layers import shapes
 from tf_transformer.layers.encoder import _TransformerBlock
 from tf_transformer.layers.encoder import _TransformerStack
 
@@ -29,15 +30,17 @@ from tf_transformer.layers.encoder import _TransformerStack
 class DecoderLayer(_TransformerBlock):
   """Masked self-attention, encoder-decoder attention and feed-forward.
 
-  `call(x, memory, self_attention_mask, cross_attention_mask, cache=None, step=None)`:
-  x is [batch, target_length, d_model], memory [batch, source_length, d_model];
-  masks are bool, True = may attend, broadcastable to
-  [batch, heads, query_length, key_length]. With a `cache` (from
-  `initial_cache`) x holds the one position `step` and the call returns
-  (output, updated_cache); `memory` is then unused (its keys and values are
-  in the cache) and the cache also holds the decoder's ancestor
-  `selection` for this step. `return_attention_scores=True` appends a dict with the
-  "self" and "cross" attention weights.
+  `call(x, memory, self_attention_mask, cross_attention_mask, cache=None,
+  step=None)`: x is [batch, target_length, d_model], memory [batch,
+  source_length, d_model]; masks are bool, True = may attend, broadcastable
+  to [batch, heads, query_length, key_length]. With a `cache` (this layer's,
+  from `initial_cache`) x is position `step` of `group` hypotheses per
+  sentence, [batch, group, d_model]; `memory` is then unused (its keys and
+  values are in the cache), `self_attention_mask` is the step's
+  `decoding_cache.selection`, and the call returns (output, updated_cache).
+  The same sub-layers run with and without a cache: only the
+  self-attention reads and writes it. `return_attention_scores=True`
+  appends a dict with the "self" and "cross" attention weights.
   """
 
   def build(self, x_shape, memory_shape=None):
@@ -68,62 +71,39 @@ class DecoderLayer(_TransformerBlock):
             "value": zeros(self.self_attention.d_v),
             "memory_key": memory_key, "memory_value": memory_value}
 
-  def call(self, x, memory=None, self_attention_mask=None, cross_attention_mask=None,
-           cache=None, step=None, training=None,
+  def call(self, x, memory=None, self_attention_mask=None,
+           cross_attention_mask=None, cache=None, step=None, training=None,
            return_attention_scores=False):
-    if cache is not None:
-      return self._step(x, cross_attention_mask, cache, step,
-                        return_attention_scores)
     h = self.self_attention_residual.normalize_input(x)
-    y, self_weights = self.self_attention(
-        h, attention_mask=self_attention_mask, training=training,
-        return_attention_scores=True)
+    if cache is None:
+      y, self_weights = self.self_attention(
+          h, attention_mask=self_attention_mask, training=training,
+          return_attention_scores=True)
+      memory_key_value = None
+    else:
+      y, self_cache, self_weights = self.self_attention(
+          h, attention_mask=self_attention_mask,
+          cache={"key": cache["key"], "value": cache["value"]}, step=step,
+          return_attention_scores=True)
+      memory_key_value = (cache["memory_key"], cache["memory_value"])
     x = self.self_attention_residual(x, y, training=training)
 
     h = self.cross_attention_residual.normalize_input(x)
     y, cross_weights = self.cross_attention(
-        h, memory, attention_mask=cross_attention_mask, training=training,
+        h, memory, attention_mask=cross_attention_mask,
+        key_value=memory_key_value, training=training,
         return_attention_scores=True)
     x = self.cross_attention_residual(x, y, training=training)
 
-    x = self._feed_forward(x, training)
-    if return_attention_scores:
-      return x, {"self": self_weights, "cross": cross_weights}
-    return x
-
-  def _feed_forward(self, x, training=None):
     h = self.feed_forward_residual.normalize_input(x)
-    return self.feed_forward_residual(x, self.feed_forward(h),
-                                      training=training)
-
-  def _step(self, x, cross_attention_mask, cache, step,
-            return_attention_scores):
-    """One position, x [batch * group, 1, d_model], over the cache (which
-    also carries the step's ancestor `selection`); returns (x, cache[,
-    weights])."""
-    group_size = cache["key"].shape[3] // decoding_cache.BLOCK_LENGTH
-    attention = self.self_attention
-    h = self.self_attention_residual.normalize_input(x)
-    key = decoding_cache.write(cache["key"], attention.key_dense(h), step)
-    value = decoding_cache.write(cache["value"], attention.value_dense(h),
-                                 step)
-    heads, self_weights = decoding_cache.self_attention(
-        attention.query_dense(h), key, value, cache["selection"], step)
-    x = self.self_attention_residual(x, attention.output_dense(heads))
-
-    attention = self.cross_attention
-    h = self.cross_attention_residual.normalize_input(x)
-    heads, cross_weights = decoding_cache.memory_attention(
-        attention.query_dense(h), cache["memory_key"], cache["memory_value"],
-        cross_attention_mask, group_size)
-    x = self.cross_attention_residual(x, attention.output_dense(heads))
-
-    x = self._feed_forward(x)
-    cache = {"key": key, "value": value, "memory_key": cache["memory_key"],
-             "memory_value": cache["memory_value"]}
+    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
+    outputs = (x,)
+    if cache is not None:
+      outputs += ({**self_cache, "memory_key": cache["memory_key"],
+                   "memory_value": cache["memory_value"]},)
     if return_attention_scores:
-      return x, cache, {"self": self_weights, "cross": cross_weights}
-    return x, cache
+      outputs += ({"self": self_weights, "cross": cross_weights},)
+    return outputs[0] if len(outputs) == 1 else outputs
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -192,35 +172,57 @@ class Decoder(_TransformerStack):
            memory_padding_mask=None, cache=None, step=None, training=None,
            return_attention_scores=False):
     if cache is not None:
-      self_mask = None  # the cache masks positions after `step` itself
-      group_size = (cache["layer_0"]["key"].shape[3]
-                    // decoding_cache.BLOCK_LENGTH)
-      ancestors = decoding_cache.mark_step(cache["ancestors"], step,
-                                           group_size)
-      selection = decoding_cache.selection(ancestors, step, group_size)
-      new_cache = {"ancestors": ancestors}
-    elif target_padding_mask is not None:
+      return self._step(x, memory_padding_mask, cache, step,
+                        return_attention_scores)
+    if target_padding_mask is not None:
       self_mask = masks.causal_padding_mask(target_padding_mask)
     else:
       self_mask = masks.causal_mask(tf.shape(x)[1])
     cross_attention_mask = (None if memory_padding_mask is None
-                   else masks.key_padding_mask(memory_padding_mask))
+                            else masks.key_padding_mask(memory_padding_mask))
     all_weights = []
-    for i, layer in enumerate(self.decoder_layers):
-      name = f"layer_{i}"
-      layer_cache = None if cache is None else dict(cache[name],
-                                                    selection=selection)
-      outputs = layer(x, memory, self_mask, cross_attention_mask,
-                      cache=layer_cache, step=step,
-                      training=training, return_attention_scores=True)
-      if cache is None:
-        x, weights = outputs
-      else:
-        x, new_cache[name], weights = outputs
+    for layer in self.decoder_layers:
+      x, weights = layer(x, memory, self_mask, cross_attention_mask,
+                         training=training, return_attention_scores=True)
       all_weights.append(weights)
     if self.final_norm is not None:
       x = self.final_norm(x)
-    outputs = (x,) if cache is None else (x, new_cache)
-    if return_attention_scores:
-      outputs += (all_weights,)
-    return outputs[0] if len(outputs) == 1 else outputs
+    return (x, all_weights) if return_attention_scores else x
+
+  def _step(self, x, memory_padding_mask, cache, step,
+            return_attention_scores):
+    """Position `step` of every row, x [batch * group, 1, d_model]: each
+    layer sees it as [batch, group, d_model] (a query per hypothesis of a
+    sentence) and attends over the cache with this step's selection."""
+    group_size = (cache["layer_0"]["key"].shape[3]
+                  // decoding_cache.BLOCK_LENGTH)
+    rows, _, d_model = shapes.dims(x)
+    x = tf.reshape(x, [rows // group_size, group_size, d_model])
+    ancestors = decoding_cache.mark_step(cache["ancestors"], step,
+                                         group_size)
+    selection = decoding_cache.selection(ancestors, step, group_size)
+    cross_attention_mask = (None if memory_padding_mask is None
+                            else masks.key_padding_mask(memory_padding_mask))
+    new_cache = {"ancestors": ancestors}
+    all_weights = []
+    for i, layer in enumerate(self.decoder_layers):
+      name = f"layer_{i}"
+      x, new_cache[name], weights = layer(
+          x, None, selection, cross_attention_mask, cache=cache[name],
+          step=step, return_attention_scores=True)
+      all_weights.append(weights)
+    if self.final_norm is not None:
+      x = self.final_norm(x)
+    x = tf.reshape(x, [rows, 1, d_model])
+    if not return_attention_scores:
+      return x, new_cache
+    # Per row, as a teacher-forced pass gives them: [rows, heads, 1, keys].
+    return x, new_cache, [{name: _per_row(w) for name, w in weights.items()}
+                          for weights in all_weights]
+
+
+def _per_row(weights):
+  """[batch, heads, group, keys] -> [batch * group, heads, 1, keys]."""
+  weights = shapes.swap_axes_1_2(weights)
+  batch, group, heads, keys = shapes.dims(weights)
+  return tf.reshape(weights, [batch * group, heads, 1, keys])

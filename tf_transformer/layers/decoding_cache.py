@@ -46,6 +46,7 @@ import math
 import tensorflow as tf
 
 from tf_transformer.layers import masks
+from tf_transformer.layers.shapes import dims
 
 BLOCK_LENGTH = 16  # positions per block: 8 and 32 measured no faster
 
@@ -103,12 +104,12 @@ def reorder(ancestors, parents):
 
 def selection(ancestors, step, group_size):
   """Which cached key rows each query row attends to at `step`, as a mask of
-  the scores `self_attention` gives `masks.masked_softmax`: bool [batch, 1,
+  the scores `attend` gives `masks.masked_softmax`: bool [batch, 1,
   group (query), num_blocks * BLOCK_LENGTH * group (key rows)], True where
   the row holds the query's ancestor at that position (its slot) and the
   position is at most `step`. Computed once per step and shared by every
   layer; outside XLA only the blocks filled so far."""
-  rows, length = _dims(ancestors)
+  rows, length = dims(ancestors)
   if in_xla():
     num_blocks = length // BLOCK_LENGTH
   else:
@@ -140,53 +141,12 @@ def select_ancestors(ancestors, sentences, group_size):
 SENTENCE_AXES = {"key": 1, "value": 1, "memory_key": 0, "memory_value": 0}
 
 
-def _dims(x):
-  """x's sizes: static where known, else dynamic."""
-  dynamic = tf.shape(x)
-  return [dynamic[i] if size is None else size
-          for i, size in enumerate(x.shape.as_list())]
-
-
-def _swap_axes_1_2(x):
-  """Transpose of axes 1 and 2 of a rank-4 tensor; a reshape when one of
-  them has size 1 (as the group has in greedy decoding)."""
-  shape = _dims(x)
-  if x.shape[1] == 1 or x.shape[2] == 1:
-    return tf.reshape(x, [shape[0], shape[2], shape[1], shape[3]])
-  return tf.transpose(x, [0, 2, 1, 3])
-
-
-def _split(x, group_size, heads):
-  """Dense output [batch * group, 1, heads * depth] -> [batch, heads, group,
-  depth]."""
-  shape = _dims(x)
-  x = tf.reshape(x, [shape[0] // group_size, group_size, heads,
-                     x.shape[-1] // heads])
-  return _swap_axes_1_2(x)
-
-
-def _merge(x):
-  """[batch, heads, group, depth] -> [batch * group, 1, heads * depth], the
-  input of W^O."""
-  x = _swap_axes_1_2(x)
-  shape = _dims(x)
-  return tf.reshape(x, [shape[0] * shape[1], 1, shape[2] * shape[3]])
-
-
-def _weights(w):
-  """[batch, heads, group, n] -> [batch * group, heads, 1, n]."""
-  w = _swap_axes_1_2(w)
-  shape = _dims(w)
-  return tf.reshape(w, [shape[0] * shape[1], shape[2], 1, shape[3]])
-
-
 def write(cache_buffer, new, step):
-  """Writes `new`, the projection [batch * group, 1, heads * depth] of
+  """Writes `new`, the keys or values [batch, heads, group, depth] of
   position `step`, into `cache_buffer` (from `buffer`); returns the buffer."""
-  num_blocks, batch, heads, rows, depth = _dims(cache_buffer)
+  num_blocks, batch, heads, rows, depth = dims(cache_buffer)
   group = rows // BLOCK_LENGTH
-  values = tf.reshape(_split(new, group, heads),
-                      [batch, heads, group * depth])
+  values = tf.reshape(new, [batch, heads, group * depth])
   block, offset = step // BLOCK_LENGTH, step % BLOCK_LENGTH
   view = [num_blocks, batch, heads, BLOCK_LENGTH, group * depth]
   if in_xla():
@@ -207,31 +167,26 @@ def write(cache_buffer, new, step):
   return tf.reshape(flat, tf.shape(cache_buffer))
 
 
-def _scaled_query(query, group_size, heads, d_k):
-  q = _split(query, group_size, heads)
-  return q * tf.cast(1.0 / math.sqrt(d_k), q.dtype)
-
-
-def self_attention(query, key, value, select, step):
+def attend(query, key, value, select, step):
   """Eq. 1 for one decoder position over the cached positions 0..step, each
   taken from the slot of the row's ancestor there.
 
-  query: Q W^Q [batch * group, 1, heads * d_k]; key, value: from `buffer`;
-  select: `selection(...)` of this step. Returns (heads concatenated [batch *
-  group, 1, heads * d_v], weights [batch * group, heads, 1, n]) over the
-  first n = whole blocks up to `step` positions (every block under XLA).
+  query: Q W^Q heads [batch, heads, group, d_k]; key, value: from `buffer`,
+  position `step` written; select: `selection(...)` of this step. Returns
+  (output [batch, heads, group, d_v], weights [batch, heads, group, n]) over
+  the first n = whole blocks up to `step` positions (every block under XLA).
 
   Every query of a sentence meets every slot's keys, one batched matmul per
   block; the rows that are not the query's ancestor (or lie after `step`)
   get no weight in the softmax, so its weights are the values' coefficients
   as they stand, with nothing selected or spread.
   """
-  num_blocks, batch, heads, rows, d_k = _dims(key)
+  num_blocks, batch, heads, rows, d_k = dims(key)
   group = rows // BLOCK_LENGTH
   if not in_xla():  # the filled blocks: a slice without a copy
     num_blocks = step // BLOCK_LENGTH + 1
     key, value = key[:num_blocks], value[:num_blocks]
-  q = _scaled_query(query, group, heads, d_k)[tf.newaxis]
+  q = (query * tf.cast(1.0 / math.sqrt(d_k), query.dtype))[tf.newaxis]
   scores = tf.matmul(q, key, transpose_b=True)  # [blocks, b, h, group, rows]
   scores = tf.reshape(tf.transpose(scores, [1, 2, 3, 0, 4]),
                       [batch, heads, group, num_blocks * rows])
@@ -242,18 +197,4 @@ def self_attention(query, key, value, select, step):
   # One row per position has weight: the sum over slots is that weight.
   weights = tf.reduce_sum(tf.reshape(
       weights, [batch, heads, group, num_blocks * BLOCK_LENGTH, group]), -1)
-  return _merge(output), _weights(weights)
-
-
-def memory_attention(query, key, value, mask, group_size):
-  """Eq. 1 from one decoder position to the encoder output.
-
-  query: Q W^Q [batch * group, 1, heads * d_k]; key, value: [batch, heads,
-  source_length, d_k or d_v], once per sentence; mask: bool [batch, 1, 1,
-  source_length] or None. Returns (heads concatenated [batch * group, 1,
-  heads * d_v], weights [batch * group, heads, 1, source_length]).
-  """
-  q = _scaled_query(query, group_size, key.shape[1], key.shape[3])
-  scores = tf.matmul(q, key, transpose_b=True)  # [batch, heads, group, S]
-  weights = masks.masked_softmax(scores, mask)
-  return _merge(tf.matmul(weights, value)), _weights(weights)
+  return output, weights

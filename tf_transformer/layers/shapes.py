@@ -1,0 +1,21 @@
+"""Shape helpers shared by the attention layer and the decoding cache."""
+
+import tensorflow as tf
+
+
+def dims(x):
+  """x's sizes: static where known, else dynamic (explicit sizes, since -1
+  is ambiguous for empty batches)."""
+  dynamic = tf.shape(x)
+  return [dynamic[i] if size is None else size
+          for i, size in enumerate(x.shape.as_list())]
+
+
+def swap_axes_1_2(x):
+  """Transpose of axes 1 and 2 of a rank-4 tensor; a reshape when one of
+  them has size 1 (one query position, as in a greedy decoding step, or one
+  head), which moves no data."""
+  shape = dims(x)
+  if x.shape[1] == 1 or x.shape[2] == 1:
+    return tf.reshape(x, [shape[0], shape[2], shape[1], shape[3]])
+  return tf.transpose(x, [0, 2, 1, 3])
