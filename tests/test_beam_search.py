@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from tf_transformer import build_model, get_config
 from tf_transformer.data import numbers
+from tf_transformer.data import sequences
 from tf_transformer.decoding import beam_search
-from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import DecodingOptions
@@ -26,6 +26,10 @@ from tf_transformer.run import run_dir
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID],
                        [11, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
+
+
+def _source_ids(vocabulary, texts):
+  return sequences.source_ids(vocabulary, tf.constant(texts)).to_tensor()
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +191,7 @@ def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
   once, never (XLA's static shapes) or decoding alone gives the same."""
   model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
   texts = [s for s, _ in numbers.generate({"test": 24}, seed=3)["test"]]
-  sources = text_decoding.encode_sources(vocabulary, texts)
+  sources = _source_ids(vocabulary, texts)
   search = lambda s: model_beam_search(model, s, beam_size=4, alpha=0.6,
                                        max_length_offset=10)
   ids, scores = search(sources)
@@ -201,7 +205,7 @@ def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
     np.testing.assert_array_equal(other_ids, ids)
     np.testing.assert_allclose(other_scores, scores, rtol=1e-6)
   for row in (0, 7, 23):
-    alone = text_decoding.encode_sources(vocabulary, texts[row:row + 1])
+    alone = _source_ids(vocabulary, texts[row:row + 1])
     one_ids, one_scores = search(alone)
     assert _strip(one_ids[0, 0].numpy()) == _strip(ids[row, 0].numpy())
     np.testing.assert_allclose(one_scores[0], scores[row], rtol=1e-4,
@@ -215,7 +219,7 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
                                                      rows, method):
   model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
   texts = [s for s, _ in numbers.generate({"test": 24}, seed=5)["test"]]
-  sources = text_decoding.encode_sources(vocabulary, texts)[:rows]
+  sources = _source_ids(vocabulary, texts)[:rows]
   options = DecodingOptions(method=method, max_length_offset=10)
   ids, scores = decode(model, sources, options)
   for parts in (2, 3):
@@ -248,7 +252,7 @@ def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
   bucketed = tf.function(lambda ids: decode_in_buckets(
       compiled, ids, options, length_multiple=32))
   texts = [s for s, _ in numbers.generate({"test": 12}, seed=6)["test"]]
-  sources = text_decoding.encode_sources(vocabulary, texts)
+  sources = _source_ids(vocabulary, texts)
   assert sources.shape[1] <= 32
   for rows in (slice(0, 3), slice(3, 7), slice(7, 8), slice(8, 12)):
     ids, scores = decode(model, sources[rows], options)

@@ -15,14 +15,20 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import op_def_registry
 
 from tf_transformer import build_model
-from tf_transformer.decoding import text as text_decoding
+from tf_transformer.data import batching
+from tf_transformer.data import sequences
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.run import run_dir
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import run_script
 from training_helpers import write_run_dir
 
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+
+
+def _source_ids(vocabulary, texts):
+  return sequences.source_ids(vocabulary, tf.constant(texts)).to_tensor()
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +182,7 @@ def test_greedy_and_sampling_exports(model_dir, tmp_path, decoding, flags,
   model = build_model(config)
   tf.train.Checkpoint(model=model).read(
       tf.train.latest_checkpoint(str(model_dir))).expect_partial()
-  ids, _ = greedy_search(model, text_decoding.encode_sources(
+  ids, _ = greedy_search(model, _source_ids(
       vocab, [t.decode() for t in texts.numpy()]), 10)
   expected = vocab.detokenize(ids).numpy()
   for column in range(width):
@@ -216,7 +222,7 @@ def test_export_translates_like_the_in_process_search(model_dir, exported):
   tf.train.Checkpoint(model=model).read(
       tf.train.latest_checkpoint(str(model_dir))).expect_partial()
   texts = ["four hundred and twenty-one", "seven"]
-  ids, scores = model_beam_search(model, text_decoding.encode_sources(
+  ids, scores = model_beam_search(model, _source_ids(
       vocab, texts), beam_size=4, alpha=0.6, max_length_offset=10)
   expected = [t.decode() for t in vocab.detokenize(ids[:, 0]).numpy()]
   loaded = tf.saved_model.load(str(exported))
@@ -252,3 +258,30 @@ def test_xla_export_refuses_decode_parts(model_dir, tmp_path):
                       "--decode_parts=2")
   assert result.returncode != 0
   assert "--xla with --decode_parts > 1" in result.stderr
+
+
+def test_training_batches_and_the_saved_model_give_the_same_ids(
+    model_dir, exported):
+  """One text -> ids path (data/sequences.py): for each pair, the training
+  pipeline's source row equals the SavedModel's source ids of the source
+  text, its labels equal the SavedModel's ids of the target text (subwords
+  then EOS, the same definition), and the decoder input is BOS + labels
+  shifted right; only the SavedModel cuts long inputs."""
+  _, vocab = run_dir.load(str(model_dir))
+  loaded = tf.saved_model.load(str(exported))
+  pairs = [("four hundred and twenty-one", "vierhundert"),
+           ("seven", "sieben und zwölf"), ("  twelve  thousand ", "zwölf")]
+  for source, target in pairs:
+    dataset = batching.token_batches(
+        batching.tokenize(batching.text_dataset(lambda s=source, t=target: [
+            (s, t)]), vocab), batch_tokens=256, max_length=64, shuffle=False)
+    (source_row, target_in), labels = next(iter(dataset))
+    trim = lambda ids: [i for i in ids.numpy()[0].tolist() if i != PAD_ID]
+    saved = lambda text: trim(loaded.source_ids(tf.constant([text]))[
+        "source_ids"])
+    assert trim(source_row) == saved(source)
+    assert trim(labels) == saved(target)
+    assert trim(target_in) == [BOS_ID] + saved(target)[:-1]
+  long = loaded.source_ids(tf.constant(["nine " * 1000, "seven"]))
+  assert long["source_ids"].shape == (2, 256 + 1)
+  assert long["source_ids"][0, -1] == EOS_ID

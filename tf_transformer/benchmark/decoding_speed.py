@@ -20,6 +20,7 @@ import time
 import tensorflow as tf
 
 from tf_transformer.benchmark.timing import median_seconds
+from tf_transformer.data import sequences
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
@@ -73,11 +74,11 @@ def _batches(texts, batch_size):
 def output_tokens(signatures, vocabulary, texts):
   """Output subwords (EOS included) the export gives `texts`, counted once
   through its `ids` signature."""
-  from tf_transformer.decoding.text import encode_sources  # pylint: disable=g-import-not-at-top
   total = 0
   for start in range(0, len(texts), 256):
-    ids = signatures["ids"](source_ids=encode_sources(
-        vocabulary, texts[start:start + 256]))["target_ids"]
+    ids = signatures["ids"](source_ids=sequences.source_ids(
+        vocabulary, tf.constant(texts[start:start + 256])).to_tensor())[
+            "target_ids"]
     total += int(tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32)))
   return total
 

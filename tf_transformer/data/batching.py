@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer import special_ids
+from tf_transformer.data import sequences
 from tf_transformer.data.errors import DataError
 
 STRING_PAIR = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.string))
@@ -32,12 +33,11 @@ def text_dataset(pairs: Callable) -> tf.data.Dataset:
 
 def tokenize(text_pairs: tf.data.Dataset, vocabulary,
              chunk: int = 1024) -> tf.data.Dataset:
-  """(source, target) strings -> (source ids + EOS, target ids), in graph."""
+  """(source, target) strings -> (source ids + EOS, target ids), in graph
+  (`sequences`)."""
   def encode(source, target):
-    source_ids = vocabulary.tokenize(source)
-    eos = tf.fill([source_ids.nrows(), 1], special_ids.EOS_ID)
-    return (tf.concat([source_ids, eos], axis=1),
-            vocabulary.tokenize(target))
+    return (sequences.source_ids(vocabulary, source),
+            sequences.subwords(vocabulary, target))
   return (text_pairs.batch(chunk)
           .map(encode, num_parallel_calls=tf.data.AUTOTUNE).unbatch())
 
@@ -94,9 +94,8 @@ def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
     dataset = seeded_shuffle(dataset, seed, shuffle_buffer)
 
   def split(source, target):
-    bos = tf.constant([special_ids.BOS_ID], target.dtype)
-    eos = tf.constant([special_ids.EOS_ID], target.dtype)
-    return source, tf.concat([bos, target], 0), tf.concat([target, eos], 0)
+    labels = sequences.labels(target)
+    return source, sequences.decoder_input(labels), labels
 
   dataset = dataset.map(split, num_parallel_calls=tf.data.AUTOTUNE)
   dataset = dataset.bucket_by_sequence_length(

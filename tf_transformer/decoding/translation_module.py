@@ -17,6 +17,8 @@ Functions (each a `tf.function` with an input signature):
   teacher-forced pass, [batch, layers, heads, rows, columns]:
   encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
   alignments and plots like the paper's Figures 3 to 5;
+- `source_ids`: text -> the EOS-terminated, PAD-padded ids the others
+  search from (what `translate_ids` takes);
 - `count_input_tokens`: each text's subwords before the cut, and the limit.
 
 Every request gets a defined answer: invalid UTF-8 bytes are replaced with
@@ -41,11 +43,12 @@ import dataclasses
 
 import tensorflow as tf
 
+from tf_transformer.data import sequences
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode_in_buckets
 from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.decoding.search import fixed_shape_decode
-from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.special_ids import PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 
@@ -90,15 +93,9 @@ class TranslationModule(tf.Module):
   def _bucketed_search(self, source_ids):
     return decode_in_buckets(self._compiled, source_ids, self.options)
 
-  def _tokenize(self, text):
-    """Subword ids, ragged; invalid UTF-8 bytes read as U+FFFD."""
-    return self.tokenizer.tokenize(tf.strings.unicode_transcode(
-        text, "UTF-8", "UTF-8", errors="replace"))
-
   def _encode(self, text):
-    pieces = self._tokenize(text)[:, :self.max_input_tokens]
-    eos = tf.fill([pieces.nrows(), 1], EOS_ID)
-    return tf.concat([pieces, eos], axis=1).to_tensor()
+    return sequences.source_ids(self.tokenizer, text,
+                                self.max_input_tokens).to_tensor()
 
   def _if_not_empty(self, text, fn, empty):
     """fn() for a non-empty batch, else `empty`'s zero-row tensors, with
@@ -125,9 +122,8 @@ class TranslationModule(tf.Module):
       source_ids = self._encode(text)
       target_ids = self._search(source_ids)[0][:, 0]
       target_ids = _trim_padding(target_ids)
-      target_in = tf.concat([tf.fill([tf.shape(target_ids)[0], 1], BOS_ID),
-                             target_ids[:, :-1]], axis=1)
-      attention = self.model.attention_weights(source_ids, target_in)
+      attention = self.model.attention_weights(
+          source_ids, sequences.decoder_input(target_ids))
       stacked = tuple(tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
                       for kind in ATTENTION_KINDS)
       return (self.tokenizer.detokenize(target_ids),
@@ -163,11 +159,20 @@ class TranslationModule(tf.Module):
     return self._attention(_checked(text))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def source_ids(self, text):
+    """The encoder input the signatures make of `text`
+    (`data/sequences.source_ids`: subwords cut to `max_input_tokens`, then
+    EOS; PAD-padded), which is what `translate_ids` takes. Saved with the
+    export but not a serving signature."""
+    return {"source_ids": self._encode(_checked(text))}
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def count_input_tokens(self, text):
     """Each text's subwords before the cut to `max_input_tokens`, and that
     limit: what a client needs to warn about cut inputs. Saved with the
     export but not a serving signature."""
-    lengths = self._tokenize(_checked(text)).row_lengths()
+    lengths = sequences.subwords(self.tokenizer,
+                                 _checked(text)).row_lengths()
     return {"tokens": tf.cast(lengths, tf.int32),
             "max_input_tokens": tf.constant(self.max_input_tokens, tf.int32)}
 

@@ -8,8 +8,9 @@ the layout TF Serving watches, with these signatures:
 - `ids`: source_ids [batch, length] int32 -> target_ids, score;
 - `attention`: text -> translation, tokens and attention weights.
 
-`count_input_tokens` is saved too, as a function (TF Serving does not
-expose it; bin/translate.py uses it to warn about cut inputs).
+`count_input_tokens` and `source_ids` are saved too, as functions (TF
+Serving does not expose them; bin/translate.py uses the first to warn about
+cut inputs, and the second gives a Python client the ids `ids` takes).
 """
 
 import os

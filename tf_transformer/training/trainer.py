@@ -31,11 +31,12 @@ from absl import logging
 from tf_transformer import evaluation
 from tf_transformer.data import batching
 from tf_transformer.data import errors
+from tf_transformer.data import sequences
 from tf_transformer.data import sources
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.model import build_model
-from tf_transformer.special_ids import BOS_ID, PAD_ID
+from tf_transformer.special_ids import PAD_ID
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
@@ -312,11 +313,12 @@ class Trainer:
     hypotheses = text_decoding.translate(self._greedy, self.vocabulary,
                                          source_texts)
     scores = evaluation.score(hypotheses, references)
-    source_ids = text_decoding.encode_sources(self.vocabulary,
-                                              source_texts[:1])
-    target_in = tf.concat([[[BOS_ID]], text_decoding.encode_sources(
-        self.vocabulary, hypotheses[:1])[:, :-1]], axis=1)
-    attention = self.model.attention_weights(source_ids, target_in)
+    source_ids = sequences.source_ids(self.vocabulary,
+                                      tf.constant(source_texts[:1]))
+    target_in = sequences.decoder_input(sequences.labels(sequences.subwords(
+        self.vocabulary, tf.constant(hypotheses[:1]))))
+    attention = self.model.attention_weights(source_ids.to_tensor(),
+                                             target_in.to_tensor())
     samples = list(zip(source_texts, references, hypotheses))[:5]
     return ({"bleu_greedy": scores["bleu"],
              "exact_match": scores["exact_match"]}, samples, attention)
