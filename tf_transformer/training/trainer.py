@@ -28,19 +28,16 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tf_transformer import evaluation
 from tf_transformer.data import batching
 from tf_transformer.data import errors
-from tf_transformer.data import sequences
 from tf_transformer.data import sources
-from tf_transformer.decoding import text as text_decoding
-from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.model import build_model
 from tf_transformer.special_ids import PAD_ID
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
 from tf_transformer.training.checkpoints import Checkpointer
+from tf_transformer.training.evaluator import Evaluator
 from tf_transformer.training.loss import token_losses
 from tf_transformer.training.summaries import Summaries
 
@@ -116,8 +113,15 @@ class Trainer:
         optional=dict(train_seconds=self.train_seconds))
     self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
     self.last_logged_loss = None  # the last progress line's
-    self._explained = False  # the dev line's loss vs perplexity
     self._build_steps()
+    self.evaluator = Evaluator(
+        self.model, vocabulary, spec, strategy, self.summaries,
+        lambda batch: self._eval_step(batch),
+        batching.distributed_dataset_fn(
+            self._token_pairs("dev"), options.batch_tokens,
+            options.max_length, shuffle=False),
+        self.is_chief, options.eval_max_sentences,
+        config.max_decode_length_offset, config.label_smoothing)
     floats = [v for v in self.model.weights + self.optimizer.variables
               if tf.as_dtype(v.dtype).is_floating]
     self._all_finite = tf.function(lambda: tf.reduce_all(
@@ -260,8 +264,6 @@ class Trainer:
                       "_eval_step": eval_step}
     self._compile_steps()
     self._apply_step = apply_step
-    self._greedy = tf.function(lambda ids: greedy_search(
-        self.model, ids, self.config.max_decode_length_offset))
 
     @tf.function
     def any_worker(flag):
@@ -290,57 +292,9 @@ class Trainer:
 
   # ---- evaluation ---------------------------------------------------------
 
-  def evaluate_loss(self):
-    """Dev loss and perplexity per target token (teacher forcing)."""
-    dataset_fn = batching.distributed_dataset_fn(
-        self._token_pairs("dev"), self.options.batch_tokens,
-        self.options.max_length, shuffle=False)
-    totals = np.zeros(3)
-    for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
-      totals += [float(v) for v in self._eval_step(batch)]
-    loss_sum, nll_sum, tokens = totals
-    tokens = max(tokens, 1.0)
-    return {"loss": loss_sum / tokens, "nll": nll_sum / tokens,
-            "perplexity": math.exp(min(nll_sum / tokens, 50.0))}
-
-  def evaluate_translations(self):
-    """sacrebleu BLEU of greedy translations of the first dev sentences,
-    some samples and one sentence's attention weights."""
-    pairs = list(sources.text_pairs(self.spec, "dev")())[
-        :self.options.eval_max_sentences]
-    source_texts = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
-    hypotheses = text_decoding.translate(self._greedy, self.vocabulary,
-                                         source_texts)
-    scores = evaluation.score(hypotheses, references)
-    source_ids = sequences.source_ids(self.vocabulary,
-                                      tf.constant(source_texts[:1]))
-    target_in = sequences.decoder_input(sequences.labels(sequences.subwords(
-        self.vocabulary, tf.constant(hypotheses[:1]))))
-    attention = self.model.attention_weights(source_ids.to_tensor(),
-                                             target_in.to_tensor())
-    samples = list(zip(source_texts, references, hypotheses))[:5]
-    return ({"bleu_greedy": scores["bleu"],
-             "exact_match": scores["exact_match"]}, samples, attention)
-
   def evaluate(self, step):
-    metrics = self.evaluate_loss()
-    if self.is_chief:
-      scores, samples, attention = self.evaluate_translations()
-      metrics.update(scores)
-      self.summaries.translations(step, samples)
-      self.summaries.attention(step, attention)
-    self.summaries.scalars("dev", step, metrics)
-    if not self._explained:
-      self._explained = True
-      logging.info(
-          "dev: loss is the label-smoothed objective training minimizes "
-          "(label_smoothing=%g); nll is the plain negative log-likelihood "
-          "per token and perplexity = exp(nll), so perplexity is not "
-          "exp(loss)", self.config.label_smoothing)
-    logging.info("step %d dev: %s", step, " ".join(
-        f"{k}={v:.4g}" for k, v in metrics.items()))
-    return metrics
+    """Dev loss, BLEU, samples and attention at `step` (`Evaluator`)."""
+    return self.evaluator(step)
 
   # ---- the loop -----------------------------------------------------------
 
