@@ -12,10 +12,8 @@ import sys
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer import model as model_lib
-from tf_transformer.run import run_dir
+from tf_transformer.run.runner import Runner
 from tf_transformer.training.checkpoints import CheckpointError
-from tf_transformer.training.checkpoints import average_checkpoints
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The training run's directory.")
@@ -28,17 +26,14 @@ flags.mark_flags_as_required(["model_dir", "output_dir"])
 def main(argv):
   del argv
   try:
-    config = run_dir.load_config(FLAGS.model_dir)
-    model = model_lib.build_model(config)
-    path, averaged = average_checkpoints(model, FLAGS.model_dir,
-                                         FLAGS.num_checkpoints,
-                                         FLAGS.output_dir)
+    averaged = Runner(FLAGS.model_dir).average(FLAGS.num_checkpoints,
+                                               FLAGS.output_dir)
   except (CheckpointError, FileNotFoundError) as e:
     print(f"average_checkpoints: error: {e}", file=sys.stderr)
     return 1
-  print(f"averaged {len(averaged)} checkpoints: "
-        + ", ".join(p.rsplit("/", 1)[-1] for p in averaged))
-  print(f"wrote {path}")
+  print(f"averaged {len(averaged.checkpoints)} checkpoints: "
+        + ", ".join(p.rsplit("/", 1)[-1] for p in averaged.checkpoints))
+  print(f"wrote {averaged.path}")
   return 0
 
 

@@ -12,9 +12,9 @@ import sys
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer import evaluation
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
+from tf_transformer.run import runner
 from tf_transformer.run import translator_flags
 from tf_transformer.decoding.translator import one_line
 from tf_transformer.progress import Progress
@@ -33,27 +33,25 @@ def main(argv):
   try:
     sources, references = read_lines(FLAGS.source), read_lines(
         FLAGS.reference)
-    if len(sources) != len(references):
-      raise DataError(f"{FLAGS.source} has {len(sources)} lines but "
-                      f"{FLAGS.reference} has {len(references)}; the files "
-                      "must be line-aligned")
     translator = translator_flags.make_translator()
-    for warning in translator.input_warnings(sources,
-                                             f"--source={FLAGS.source}"):
-      print(f"evaluate: warning: {warning}", file=sys.stderr)
     with Progress("translated", len(sources), "sentences") as progress:
-      hypotheses = [h[0][0] for h in translator.translate(
-          sources, 1, FLAGS.batch_size, progress)]
-    scores = evaluation.score(hypotheses, references, FLAGS.paper_bleu)
+      result = runner.evaluate(
+          translator, sources, references, FLAGS.batch_size,
+          FLAGS.paper_bleu, progress,
+          names=(f"--source={FLAGS.source}",
+                 f"--reference={FLAGS.reference}"))
   except DataError as e:
     print(f"evaluate: error: {e}", file=sys.stderr)
     return 2
   except (OSError, ValueError, ImportError) as e:
     print(f"evaluate: error: {e}", file=sys.stderr)
     return 1
+  for warning in result.warnings:
+    print(f"evaluate: warning: {warning}", file=sys.stderr)
   if FLAGS.output:
     with open(FLAGS.output, "w", encoding="utf-8") as f:
-      f.write("".join(one_line(h) + "\n" for h in hypotheses))
+      f.write("".join(one_line(h) + "\n" for h in result.hypotheses))
+  scores = result.scores
   print(f"BLEU = {scores['bleu']:.2f} ({scores['bleu_signature']})")
   print(f"chrF = {scores['chrf']:.2f} ({scores['chrf_signature']})")
   print(f"exact_match = {scores['exact_match']:.4f} ({len(references)} "

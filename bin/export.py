@@ -16,15 +16,12 @@ offset unless the decoding flags say otherwise (--decoding=greedy, or
 import sys
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 
 from tf_transformer import command
 from tf_transformer.run import translator_flags
-from tf_transformer.decoding.translation_module import TranslationModule
-from tf_transformer.serving import export as export_lib
-from tf_transformer.run import run_dir
+from tf_transformer.run.runner import Runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "A training run or an averaged one.")
@@ -62,50 +59,19 @@ def main(argv):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.get_logger().setLevel("ERROR")
   start = time.time()
+  stage = lambda what: print(f"export: {what} [{time.time() - start:.1f} s]",
+                             file=sys.stderr, flush=True)
   try:
-    model, vocabulary = run_dir.load_trained_model(FLAGS.model_dir,
-                                                   FLAGS.checkpoint)
-    config = model.config
-  except FileNotFoundError as e:
+    path = Runner(FLAGS.model_dir).export(
+        FLAGS.export_dir, FLAGS.checkpoint, FLAGS.format,
+        FLAGS.max_input_tokens, FLAGS.xla, FLAGS.decode_parts,
+        FLAGS.quantization, on_stage=stage,
+        **translator_flags.decoding_overrides())
+  except (FileNotFoundError, ImportError, ValueError) as e:
     print(f"export: error: {e}", file=sys.stderr)
     return 1
-  options = translator_flags.check_decoding_flags(config)
-  _stage(f"restored the weights of {FLAGS.checkpoint or FLAGS.model_dir}",
-         start)
-  if FLAGS.format == "ctranslate2":
-    return _export_ctranslate2(model, vocabulary, options, start)
-  if FLAGS.quantization:
-    raise app.UsageError("--quantization: only with --format=ctranslate2")
-  module = TranslationModule(
-      model, vocabulary, options, max_input_tokens=FLAGS.max_input_tokens,
-      xla=FLAGS.xla, decode_parts=FLAGS.decode_parts)
-  _stage(f"tracing the {options.method} search into 4 signatures and "
-         f"writing the next version of {FLAGS.export_dir} ...", start)
-  path = export_lib.export(module, FLAGS.export_dir)
-  _stage(f"wrote {path}", start)
   print(f"exported {path}")
   return 0
-
-
-def _export_ctranslate2(model, vocabulary, options, start):
-  from tf_transformer.serving import ct2_export  # pylint: disable=g-import-not-at-top
-  if FLAGS.xla:
-    raise app.UsageError("--xla: only for --format=saved_model")
-  try:
-    path = ct2_export.export(model, vocabulary, FLAGS.export_dir, options,
-                             FLAGS.max_input_tokens, FLAGS.quantization)
-  except (ImportError, ValueError) as e:
-    print(f"export: error: {e}", file=sys.stderr)
-    return 1
-  _stage(f"wrote the CTranslate2 model {path}", start)
-  print(f"exported {path}")
-  return 0
-
-
-def _stage(what, start):
-  """Progress on stderr (stdout holds the result)."""
-  print(f"export: {what} [{time.time() - start:.1f} s]", file=sys.stderr,
-        flush=True)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ Writes OUTPUT_DIR/vocabulary.model and OUTPUT_DIR/data_stats.json, and with
 Bad data gives one line naming the file and line, and exit status 2.
 """
 
-import json
-import os
 import sys
 
 from absl import flags
@@ -24,6 +22,7 @@ from tf_transformer.data import data_flags
 from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import sources
 from tf_transformer.data.errors import DataError
+from tf_transformer.run.runner import Runner
 
 FLAGS = flags.FLAGS
 data_flags.define_flags()
@@ -48,62 +47,18 @@ flags.register_validator(
     f"--write_text: each must be one of {', '.join(sources.SPLITS)}")
 
 
-def prepare(spec, output_dir, vocab_size, model_type, max_sentences,
-            max_length, seed):
-  """Trains and saves the vocabulary; returns the corpus statistics."""
-  vocabulary = prepare_lib.build_vocabulary(spec, vocab_size, model_type,
-                                            max_sentences, seed)
-  vocabulary.save(output_dir)
-  stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length)
-  with open(os.path.join(output_dir, "data_stats.json"), "w") as f:
-    json.dump(stats, f, indent=2)
-  return stats
-
-
-def write_text(spec, output_dir, splits):
-  """Writes each split's pairs as two line-aligned files; returns them."""
-  written = []
-  for split in splits:
-    paths = [os.path.join(output_dir, f"{split}.{language}") for language in
-             (spec.source_language, spec.target_language)]
-    pairs = list(sources.text_pairs(spec, split)())
-    for side, path in enumerate(paths):
-      with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(" ".join(pair[side].splitlines()) + "\n"
-                        for pair in pairs))
-    written += paths
-  return written
-
-
-def report(stats):
-  print(f"vocab_size={stats['vocab_size']}")
-  for split in sources.SPLITS:
-    if split not in stats:
-      continue
-    s = stats[split]
-    print(f"{split}: pairs={s['pairs']} source_tokens={s['source_tokens']} "
-          f"target_tokens={s['target_tokens']}")
-    for side in ("source", "target"):
-      percentiles = s.get(f"{side}_length_percentiles", {})
-      print(f"  {side} length percentiles: " + " ".join(
-          f"p{p}={v}" for p, v in percentiles.items()))
-    print(f"  dropped: too_long(>{s['max_length']})={s['dropped_too_long']} "
-          f"empty_side={s['dropped_empty_side']}")
-
-
 def main(argv):
   del argv
   try:
-    spec = data_flags.spec_from_flags()
-    stats = prepare(spec, FLAGS.output_dir, FLAGS.vocab_size,
-                    FLAGS.vocab_model_type, FLAGS.vocab_max_sentences,
-                    FLAGS.max_length, FLAGS.seed)
-    written = write_text(spec, FLAGS.output_dir, FLAGS.write_text)
+    prepared = Runner(FLAGS.output_dir).prepare(
+        data_flags.spec_from_flags(), FLAGS.vocab_size,
+        FLAGS.vocab_model_type, FLAGS.vocab_max_sentences, FLAGS.max_length,
+        FLAGS.seed, FLAGS.write_text)
   except DataError as e:
     print(f"prepare_data: error: {e}", file=sys.stderr)
     return 2
-  report(stats)
-  for path in written:
+  print("\n".join(prepare_lib.describe_statistics(prepared.stats)))
+  for path in prepared.written:
     print(f"wrote {path}")
   return 0
 

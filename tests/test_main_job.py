@@ -1,45 +1,71 @@
-"""bin/main_job.py runs every stage with the repository's own commands and
-ends with a summary. (Short runs: the full jobs' figures are in docs/recipes.md.
-Run again, the job resumes through train.py's tested resume and exports the
-next version through export.py's tested versioning; a second run here would
-add a minute to the suite.)"""
+"""The main job (tf_transformer/run/main_job.py, bin/main_job.py's one
+call) runs every stage in process and returns what each stage produced.
+(Short runs: the full jobs' figures are in docs/recipes.md.)"""
 
 import gzip
 import os
-import re
 
+import numpy as np
 import pytest
 
 from conftest import REPO, run_script
+from tf_transformer.run import main_job
+
+STAGES = ["prepare", "train", "average", "export", "evaluate dev",
+          "evaluate test", "translate"]
 
 
-def test_main_job_end_to_end(tmp_path):
-  args = [f"--work_dir={tmp_path / 'work'}",
-          f"--export_dir={tmp_path / 'saved_models' / 'numbers'}",
-          "--numbers_train_size=2000", "--train_steps=30",
-          "--vocab_size=400", "--average_checkpoints=2", "--num_examples=3",
-          "--hparams=max_decode_length_offset=4"]  # short untrained outputs
-  first = run_script("main_job.py", *args, timeout=900)
-  assert first.returncode == 0, first.stderr[-3000:]
-  out = first.stdout
-  for stage in ("prepare", "train", "average", "export", "evaluate dev",
-                "evaluate test", "translate"):
-    assert f"\n== {stage}: " in out, stage
-  assert "step 3/30 loss" in out and "step 30/30 loss" in out  # progress
-  assert "using the vocabulary already in" in out  # prepare's, not rebuilt
-  assert re.search(r"trained +tiny model to step 30, last loss [\d.]+", out)
-  assert "averaged 2 checkpoints: ckpt-27, ckpt-30" in out
-  assert f"exported   {tmp_path}/saved_models/numbers/1" in out
+def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
+  work, exports = tmp_path / "work", tmp_path / "saved_models" / "numbers"
+  announced, vocabulary_times = [], []
+
+  def announce(stage, line):
+    announced.append((stage, line))
+    if stage == "train":  # prepare's vocabulary is the one training uses
+      vocabulary_times.append(os.stat(work / "run" / "vocabulary.model")
+                              .st_mtime_ns)
+  flags = dict(work_dir=str(work), export_dir=str(exports),
+               numbers_train_size=2000, train_steps=30, vocab_size=400,
+               average_checkpoints=2, num_examples=3,
+               hparams="max_decode_length_offset=4")  # short outputs
+  first = main_job.run_job("numbers", announce=announce, **flags)
+  assert [stage for stage, _ in announced] == STAGES
+  assert announced[1][1].startswith(
+      f"bin/train.py --config=tiny --hparams=max_decode_length_offset=4 "
+      f"--dataset=numbers --numbers_train_size=2000 --model_dir={work}/run")
+  losses = first.training["losses"]
+  assert first.training["step"] == 30 and len(losses) == 30
+  assert np.mean(losses[-5:]) < np.mean(losses[:5])
+  assert [os.path.basename(p) for p in first.averaged.checkpoints] == [
+      "ckpt-27", "ckpt-30"]
+  assert first.export == str(exports / "1")
+  assert (exports / "1" / "saved_model.pb").exists()
   for split in ("dev", "test"):
-    assert re.search(rf"{split} +exact match [01]\.\d{{4}}  chrF [\d.]+", out)
+    assert 0.0 <= first.scores[split]["exact_match"] <= 1.0
+    assert np.isfinite(first.scores[split]["chrf"])
+  test_source = (work / "run" / "test.en").read_text().splitlines()
+  assert [source for source, _, _ in first.examples] == test_source[:3]
+  assert len((work / "test.translation").read_text().splitlines()) == 500
+  summary = "\n".join(main_job.summary(first))
+  assert "trained    tiny model to step 30, last loss " in summary
+  assert "averaged   2 checkpoints: ckpt-27, ckpt-30" in summary
+
+  # Again, as a user reruns it: the finished training and the vocabulary
+  # are reused, and the next version is exported.
+  again = run_script("main_job.py", *[f"--{k}={v}" for k, v in flags.items()],
+                     timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  out = again.stdout
+  for stage in STAGES[1:]:
+    assert f"\n== {stage}: bin/" in out, stage
+  assert "\n== prepare" not in out
+  assert os.stat(work / "run" / "vocabulary.model").st_mtime_ns == (
+      vocabulary_times[0])
+  assert "trained    tiny model to step 30 in an earlier run" in out
+  assert f"exported   {exports}/2 (beam 4, alpha 0.6)" in out
   examples = out.split("(source | translation | reference):\n")[1]
   rows = [line for line in examples.splitlines() if line.startswith("  ")]
   assert len(rows) == 3 and all(line.count(" | ") == 2 for line in rows)
-  assert (tmp_path / "saved_models" / "numbers" / "1" /
-          "saved_model.pb").exists()
-  assert len((tmp_path / "work" / "test.translation").read_text()
-             .splitlines()) == 500
-
 
 
 MULTI30K = os.environ.get("MULTI30K_DIR", os.path.join(
@@ -66,25 +92,26 @@ def _cut_multi30k(directory, sizes=(("train", 300), ("val", 40),
     "folder with train/val/test_2016_flickr .en.gz/.de.gz)"))
 def test_main_job_multi30k_on_a_few_hundred_captions(tmp_path):
   data_dir = _cut_multi30k(tmp_path / "multi30k")
-  args = [f"--work_dir={tmp_path / 'work'}",
-          f"--export_dir={tmp_path / 'saved_models' / 'multi30k'}",
-          "--task=multi30k", f"--data_dir={data_dir}", "--train_steps=10",
-          "--vocab_size=600", "--average_checkpoints=2", "--num_examples=2",
-          "--hparams=num_layers=1,d_model=64,d_ff=128,"
-          "max_decode_length_offset=4"]
-  result = run_script("main_job.py", *args, timeout=900)
-  assert result.returncode == 0, result.stderr[-3000:]
-  out = result.stdout
-  assert "--train_source=" in out and "--train_minutes=20" in out
-  assert re.search(r"trained +small_corpus model to step 10, last loss", out)
-  assert "averaged 2 checkpoints: ckpt-9, ckpt-10" in out
-  for split, source in (("dev", "val.en"), ("test", "test_2016_flickr.en")):
-    assert re.search(rf"{split} +exact match [01]\.\d{{4}}  chrF [\d.]+  "
-                     rf"BLEU [\d.]+  \({source}\)", out), split
-  examples = out.split("(source | translation | reference):\n")[1]
-  rows = [line for line in examples.splitlines() if line.startswith("  ")]
-  assert len(rows) == 2 and rows[0].startswith(
-      "  A man in an orange hat starring at something. | ")
+  announced = []
+  result = main_job.run_job(
+      "multi30k", work_dir=str(tmp_path / "work"),
+      export_dir=str(tmp_path / "saved_models" / "multi30k"),
+      data_dir=str(data_dir), train_steps=10, vocab_size=600,
+      average_checkpoints=2, num_examples=2,
+      hparams="num_layers=1,d_model=64,d_ff=128,max_decode_length_offset=4",
+      announce=lambda stage, line: announced.append(line))
+  assert "--train_source=" in announced[1] and (
+      "--train_minutes=20" in announced[1])
+  assert result.config == "small_corpus" and result.training["step"] == 10
+  assert [os.path.basename(p) for p in result.averaged.checkpoints] == [
+      "ckpt-9", "ckpt-10"]
+  assert [os.path.basename(result.texts[split][0])
+          for split in ("dev", "test")] == ["val.en", "test_2016_flickr.en"]
+  assert all(np.isfinite(result.scores[split]["bleu"])
+             for split in ("dev", "test"))
+  assert result.examples[0][0] == (
+      "A man in an orange hat starring at something.")
+  assert len(result.examples) == 2
   assert len((tmp_path / "work" / "test.translation").read_text()
              .splitlines()) == 40
   assert (tmp_path / "work" / "data" / "train.de").read_text(

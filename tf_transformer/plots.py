@@ -5,6 +5,8 @@ Needs matplotlib (pip install "tf_transformer[plot]"), the field's standard
 plotting library; it is imported only here.
 """
 
+import os
+
 import numpy as np
 
 
@@ -38,3 +40,37 @@ def attention_heatmap(weights, row_tokens, column_tokens, title, path):
   figure.savefig(path, dpi=100)
   plt.close(figure)
   return path
+
+
+KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
+
+
+def _tokens(pieces):
+  return [p.decode("utf-8", "replace") if isinstance(p, bytes) else p
+          for p in pieces if p]
+
+
+def attention_heatmaps(attention, kinds, layers, heads, output_dir):
+  """Writes OUTPUT_DIR/KIND_layerL_headH.png (counted from 1, as in the
+  paper's "layer 5 of 6") for each kind, layer and head (0-based indices)
+  of one sentence's `attention` (the `attention` function's outputs:
+  source_tokens, target_tokens and [layers, heads, rows, columns] weights
+  per kind); returns the paths."""
+  source = _tokens(attention["source_tokens"])
+  target = _tokens(attention["target_tokens"])
+  axes = {"encoder_self": (source, source), "decoder_self": (target, target),
+          "encoder_decoder": (target, source)}
+  num_layers = attention["encoder_self"].shape[0]
+  os.makedirs(output_dir, exist_ok=True)
+  paths = []
+  for kind in kinds:
+    rows, columns = axes[kind]
+    for layer in layers:
+      for head in heads:
+        paths.append(attention_heatmap(
+            attention[kind][layer, head, :len(rows), :len(columns)], rows,
+            columns,
+            f"{kind}, layer {layer + 1} of {num_layers}, head {head + 1}",
+            os.path.join(output_dir,
+                         f"{kind}_layer{layer + 1}_head{head + 1}.png")))
+  return paths

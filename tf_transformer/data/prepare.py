@@ -72,3 +72,24 @@ def corpus_statistics(spec, vocabulary, max_length):
     split_stats["dropped_empty_side"] = sum(read.skipped.values())
     stats[split] = split_stats
   return stats
+
+
+def describe_statistics(stats):
+  """`corpus_statistics` as lines for people: per split, pairs, tokens,
+  length percentiles and the pairs dropped and why."""
+  lines = [f"vocab_size={stats['vocab_size']}"]
+  for split in sources.SPLITS:
+    if split not in stats:
+      continue
+    s = stats[split]
+    lines.append(f"{split}: pairs={s['pairs']} "
+                 f"source_tokens={s['source_tokens']} "
+                 f"target_tokens={s['target_tokens']}")
+    for side in ("source", "target"):
+      percentiles = s.get(f"{side}_length_percentiles", {})
+      lines.append(f"  {side} length percentiles: " + " ".join(
+          f"p{p}={v}" for p, v in percentiles.items()))
+    lines.append(f"  dropped: too_long(>{s['max_length']})="
+                 f"{s['dropped_too_long']} "
+                 f"empty_side={s['dropped_empty_side']}")
+  return lines

@@ -4,9 +4,8 @@ from absl import app
 from absl import flags
 
 from tf_transformer.decoding.search import METHODS
-from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translator import Translator
-from tf_transformer.run import loading
+from tf_transformer.run import runner
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
                   "temperature", "top_k", "num_samples", "sampling_seed")
@@ -43,14 +42,6 @@ def decoding_overrides(values=None) -> dict:
   return overrides
 
 
-def check_decoding_flags(config, values=None) -> DecodingOptions:
-  """DecodingOptions from the flags, or a UsageError naming the flag."""
-  try:
-    return DecodingOptions.from_config(config, **decoding_overrides(values))
-  except ValueError as e:
-    raise app.UsageError(f"decoding flags: {e}") from e
-
-
 def define_flags():
   flags.DEFINE_string("model", None, "An export: a SavedModel version "
                       "(NAME/VERSION) or a CTranslate2 directory; told apart "
@@ -61,17 +52,18 @@ def define_flags():
 
 
 def make_translator(values=None) -> Translator:
+  """`runner.open_translator` of --model or --model_dir and the decoding
+  flags; a UsageError names what is wrong."""
   values = values or flags.FLAGS
   if bool(values.model) == bool(values.model_dir):
     raise app.UsageError("pass exactly one of --model and --model_dir")
-  if values.model:
-    given = [f"--{name}" for name in DECODING_FLAGS
-             if values[name].value is not None]
-    if given:
-      raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
-                           "export; re-export, or use --model_dir")
-    return Translator.from_export(values.model)
+  given = [f"--{name}" for name in DECODING_FLAGS
+           if values[name].value is not None]
+  if values.model and given:
+    raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
+                         "export; re-export, or use --model_dir")
   try:
-    return loading.translator(values.model_dir, **decoding_overrides(values))
+    return runner.open_translator(values.model, values.model_dir,
+                                  **decoding_overrides(values))
   except ValueError as e:
     raise app.UsageError(f"decoding flags: {e}") from e

@@ -1,0 +1,282 @@
+"""The main job as one in-process call (`run_job`): build the vocabulary,
+train, average the last checkpoints, export a SavedModel for TF Serving,
+score dev and test through it, and translate examples through it next to
+their references. bin/main_job.py is its flags and its printout.
+
+Each stage calls the `Runner` and is announced with the bin/ command that
+does the same alone, so any stage can be rerun by hand. Run it again and
+the finished training is reused (a killed one resumes from its last
+checkpoint); each run exports the next version of `export_dir`.
+"""
+
+import dataclasses
+import gzip
+import os
+import shlex
+import shutil
+import time
+from typing import Callable, Optional
+
+from tf_transformer import config as config_lib
+from tf_transformer.data import numbers
+from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.sources import DataSpec
+from tf_transformer.decoding.translator import Translator
+from tf_transformer.decoding.translator import one_line
+from tf_transformer.run import runner as runner_lib
+from tf_transformer.training import checkpoints
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  config: str
+  vocab_size: int
+  train_steps: Optional[int]  # None: the preset's, bounded by the minutes
+  train_minutes: Optional[float]
+  checkpoint_every_steps: Optional[int]  # None: train_steps // 10
+  eval_every_steps: Optional[int]  # None: train_steps // 3
+  splits: dict  # our split name -> the task's file stem
+
+
+TASKS = {
+    "numbers": Task("tiny", 1000, 1000, None, None, None, {}),
+    # 20 minutes are ~1,500 steps of 4,096 tokens on 2 cores: a checkpoint
+    # every 100 steps puts the 5 averaged ones in the last 7 minutes.
+    "multi30k": Task("small_corpus", 8000, None, 20, 100, 500,
+                     {"train": "train", "dev": "val",
+                      "test": "test_2016_flickr"}),
+}
+LANGUAGES = ("en", "de")
+
+
+class JobError(Exception):
+  """A stage cannot run; the message names the flag or file."""
+
+
+class JobStopped(Exception):
+  """Training was stopped by a signal, with a checkpoint: run again."""
+
+
+@dataclasses.dataclass
+class JobResult:
+  task: str
+  config: str
+  training: dict  # Runner.train's result
+  averaged: runner_lib.Averaged
+  export: str  # the SavedModel version
+  texts: dict  # split -> (source file, reference file)
+  scores: dict  # split -> evaluation.score of the SavedModel's output
+  examples: list  # (source, translation, reference) of the first test lines
+  times: dict  # stage -> seconds
+
+
+def task_files(task, task_name, data_dir, out_dir):
+  """Writes the task's split files, decompressed, into `out_dir`; returns
+  {split: (source path, target path)}. Raises JobError naming what is
+  missing."""
+  if not data_dir:
+    raise JobError(f"--task={task_name} needs --data_dir (the folder with "
+                   f"{', '.join(task.splits.values())} .en/.de files)")
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {}
+  for split, stem in task.splits.items():
+    paths[split] = []
+    for language in LANGUAGES:
+      name = f"{stem}.{language}"
+      found = [p for p in (os.path.join(data_dir, name + ".gz"),
+                           os.path.join(data_dir, name)) if os.path.isfile(p)]
+      if not found:
+        raise JobError(f"--data_dir={data_dir} has no {name}.gz or {name}")
+      target = os.path.join(out_dir, name)
+      if not os.path.exists(target):
+        opener = gzip.open if found[0].endswith(".gz") else open
+        with opener(found[0], "rb") as src, open(target + ".tmp", "wb") as dst:
+          shutil.copyfileobj(src, dst)
+        os.replace(target + ".tmp", target)
+      paths[split].append(target)
+  return paths
+
+
+def _data(task, task_name, data_dir, work_dir, run_dir, seed,
+          numbers_train_size):
+  """(DataSpec, its bin/ flags, {split: (source, reference) files})."""
+  if task.splits:
+    files = task_files(task, task_name, data_dir,
+                       os.path.join(work_dir, "data"))
+    spec = DataSpec(dataset="", seed=seed, **{
+        f"{split}_{side}": path for split, pair in files.items()
+        for side, path in zip(("source", "target"), pair)})
+    flags = ["--dataset="] + [f"--{split}_{side}={path}"
+                              for split, pair in files.items()
+                              for side, path in zip(("source", "target"),
+                                                    pair)]
+    return spec.check(), flags, {s: files[s] for s in ("dev", "test")}
+  size = numbers_train_size or numbers.DEFAULT_SIZES["train"]
+  spec = DataSpec(dataset="numbers", numbers_train_size=size, seed=seed)
+  flags = ["--dataset=numbers"] + ([f"--numbers_train_size={size}"]
+                                   if numbers_train_size else [])
+  return spec.check(), flags, {
+      split: tuple(os.path.join(run_dir, f"{split}.{language}")
+                   for language in LANGUAGES) for split in ("dev", "test")}
+
+
+def _cadence(task, train_steps, minutes):
+  """(checkpoint_every_steps, eval_every_steps, log_every_steps)."""
+  steps = train_steps or 100_000  # the small_corpus preset's bound
+  every = max(1, min(task.checkpoint_every_steps or steps, steps // 10))
+  if minutes:
+    # About 70 steps a minute on 2 cores: 5 steps per budget minute (at
+    # most the task's 100) keeps the averaged checkpoints in the last
+    # quarter of a short run.
+    every = max(1, min(every, round(5 * minutes)))
+  evaluate_every = max(1, min(task.eval_every_steps or steps, steps // 3))
+  return every, evaluate_every, max(1, min(100, steps // 10))
+
+
+def run_job(task_name="numbers", work_dir=None, export_dir=None,
+            data_dir=None, config=None, hparams="", train_steps=None,
+            train_minutes=None, vocab_size=None, average_checkpoints=5,
+            num_examples=8, seed=0, numbers_train_size=None, stop=None,
+            announce: Callable[[str, str], None] = lambda stage, line: None
+            ) -> JobResult:
+  """Runs every stage; `announce(stage, command)` hears of each before it
+  starts. Raises JobError (a missing flag or file), JobStopped, and what
+  the stages raise (DataError, ValueError, CheckpointError)."""
+  task = TASKS[task_name]
+  work_dir = work_dir or os.path.join("runs", task_name)
+  export_dir = export_dir or os.path.join("saved_models", task_name)
+  config_name = config or task.config
+  vocab_size = vocab_size or task.vocab_size
+  train_steps = train_steps or task.train_steps
+  minutes = train_minutes or task.train_minutes
+  run_dir = os.path.join(work_dir, "run")
+  averaged_dir = os.path.join(work_dir, "averaged")
+  os.makedirs(run_dir, exist_ok=True)
+  runner = runner_lib.Runner(run_dir)
+  times = {}
+
+  start = time.time()
+  spec, data_flags, texts = _data(task, task_name, data_dir, work_dir,
+                                  run_dir, seed, numbers_train_size)
+  if not os.path.exists(os.path.join(run_dir, "vocabulary.model")):
+    write_text = () if task.splits else ("dev", "test")
+    announce("prepare", _command(
+        "prepare_data.py", *data_flags, f"--vocab_size={vocab_size}",
+        f"--seed={seed}", f"--output_dir={run_dir}",
+        *([f"--write_text={','.join(write_text)}"] if write_text else [])))
+    runner.prepare(spec, vocab_size, seed=seed, write_text=write_text)
+  times["prepare"] = time.time() - start
+
+  start = time.time()
+  every, evaluate_every, log_every = _cadence(task, train_steps, minutes)
+  train_config = config_lib.get_config(config_name, hparams)
+  if train_steps:
+    train_config = train_config.replace(train_steps=train_steps)
+  announce("train", _command(
+      "train.py", f"--config={config_name}", f"--hparams={hparams}",
+      *data_flags, f"--model_dir={run_dir}", f"--vocab_size={vocab_size}",
+      f"--seed={seed}",
+      *([f"--train_steps={train_steps}"] if train_steps else []),
+      *([f"--train_minutes={minutes:g}"] if minutes else []),
+      "--checkpoint_every_secs=0", f"--checkpoint_every_steps={every}",
+      f"--eval_every_steps={evaluate_every}",
+      f"--log_every_steps={log_every}"))
+  training = runner.train(
+      train_config, spec, stop=stop, vocab_size=vocab_size, seed=seed,
+      train_minutes=minutes, checkpoint_every_secs=0,
+      checkpoint_every_steps=every, eval_every_steps=evaluate_every,
+      log_every_steps=log_every)
+  if training["stopped_by"]:
+    raise JobStopped(runner_lib.describe_training(training)[0])
+  times["train"] = time.time() - start
+
+  start = time.time()
+  saved = len(checkpoints.checkpoint_paths(run_dir))
+  count = max(1, min(saved, average_checkpoints))
+  announce("average", _command(
+      "average_checkpoints.py", f"--model_dir={run_dir}",
+      f"--num_checkpoints={count}", f"--output_dir={averaged_dir}"))
+  averaged = runner.average(count, averaged_dir)
+  times["average"] = time.time() - start
+
+  start = time.time()
+  announce("export", _command("export.py", f"--model_dir={averaged_dir}",
+                              f"--export_dir={export_dir}"))
+  export = runner_lib.Runner(averaged_dir).export(export_dir)
+  times["export"] = time.time() - start
+
+  start = time.time()
+  translator = Translator.from_export(export)
+  scores = {}
+  for split, (source, reference) in texts.items():
+    output = os.path.join(work_dir, split + ".translation")
+    announce(f"evaluate {split}", _command(
+        "evaluate.py", f"--model={export}", f"--source={source}",
+        f"--reference={reference}", f"--output={output}"))
+    result = runner_lib.evaluate(translator, read_lines(source),
+                                 read_lines(reference),
+                                 names=(source, reference))
+    with open(output, "w", encoding="utf-8") as f:
+      f.write("".join(one_line(h) + "\n" for h in result.hypotheses))
+    scores[split] = result.scores
+  times["evaluate"] = time.time() - start
+
+  start = time.time()
+  sources = read_lines(texts["test"][0])[:num_examples]
+  references = read_lines(texts["test"][1])[:num_examples]
+  announce("translate", _command("translate.py", f"--model={export}",
+                                 f"--input={texts['test'][0]}"))
+  translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
+  times["translate"] = time.time() - start
+  return JobResult(task_name, config_name, training, averaged, export, texts,
+                   scores, list(zip(sources, translations, references)),
+                   times)
+
+
+def _command(script, *args):
+  return f"bin/{script} " + " ".join(shlex.quote(a) for a in args)
+
+
+def summary(result: JobResult):
+  """The job's result as lines for people."""
+  training = result.training
+  lines = []
+  if training["losses"]:
+    budget = (f" ({training['train_minutes']:.1f} minutes in all)"
+              if training["time_up"] else "")
+    lines.append(
+        f"trained    {result.config} model to step {training['step']}, "
+        f"last loss {training['last_logged_loss']:.4f}, in "
+        f"{_minutes(result.times['train'])}{budget}")
+  else:
+    lines.append(f"trained    {result.config} model to step "
+                 f"{training['step']} in an earlier run")
+  lines.append(f"averaged   {len(result.averaged.checkpoints)} checkpoints: "
+               + ", ".join(os.path.basename(p)
+                           for p in result.averaged.checkpoints))
+  lines.append(f"exported   {result.export} (beam 4, alpha 0.6)")
+  for split, (source, _) in result.texts.items():
+    s = result.scores[split]
+    lines.append(f"{split:<10} exact match {s['exact_match']:.4f}  chrF "
+                 f"{s['chrf']:.2f}  BLEU {s['bleu']:.2f}  "
+                 f"({os.path.basename(source)})")
+  if TASKS[result.task].splits:
+    lines.append("           (sacrebleu, cased, 13a tokens, detokenized "
+                 "output against the raw references)")
+  else:
+    lines.append("           (sacrebleu; each German number is one word, so "
+                 "there are no 4-grams\n           and BLEU is 0 whatever "
+                 "the output: read exact match)")
+  lines.append("\nexamples through the SavedModel (source | translation | "
+               "reference):")
+  for source, translation, reference in result.examples:
+    mark = "" if TASKS[result.task].splits else (
+        "  ok" if translation == reference else "  WRONG")
+    lines.append(f"  {source} | {translation} | {reference}{mark}")
+  lines.append("\ntimes: " + ", ".join(f"{k} {_minutes(v)}"
+                                       for k, v in result.times.items()))
+  return lines
+
+
+def _minutes(seconds):
+  return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -1,0 +1,318 @@
+"""The run layer's one object: a run directory and what is done with it.
+
+`Runner(model_dir)` builds the vocabulary and corpus statistics (`prepare`),
+trains and resumes (`train`), averages checkpoints (`average`), exports
+(`export`) and opens a translator (`translator`); `translate` and `evaluate`
+work on any translator, a run's or an export's. Each takes values, never
+flags, and returns its results, so bin/ scripts turn flags into one call and
+bin/main_job.py chains the calls in one process (as OpenNMT-tf's `Runner`
+does).
+"""
+
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+from typing import List
+
+from absl import logging
+
+from tf_transformer import config as config_lib
+from tf_transformer import evaluation
+from tf_transformer.data import prepare as prepare_lib
+from tf_transformer.data import sources
+from tf_transformer.data import vocabulary as vocabulary_lib
+from tf_transformer.data.errors import DataError
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.decoding.translator import Translator
+from tf_transformer.model import build_model
+from tf_transformer.run import loading
+from tf_transformer.run import run_dir
+from tf_transformer.serving import ct2_export
+from tf_transformer.serving import export as export_lib
+from tf_transformer.training import run_lock
+from tf_transformer.training import strategy as strategy_lib
+from tf_transformer.training import trainer as trainer_lib
+from tf_transformer.training.checkpoints import average_checkpoints
+
+STATS_FILE = "data_stats.json"
+
+
+@dataclasses.dataclass
+class Prepared:
+  vocabulary: vocabulary_lib.Vocabulary
+  stats: dict  # prepare.corpus_statistics: pairs, tokens, lengths, drops
+  written: List[str]  # the text files of `write_text`
+
+
+@dataclasses.dataclass
+class Averaged:
+  path: str  # the averaged checkpoint, in its own model directory
+  checkpoints: List[str]  # the checkpoints it averages
+
+
+@dataclasses.dataclass
+class Evaluation:
+  hypotheses: List[str]
+  scores: dict  # evaluation.score: bleu, chrf, exact_match, signatures
+  warnings: List[str]  # inputs the translator had to cut
+
+
+class Runner:
+  """A training run's directory: config, data spec, vocabulary,
+  checkpoints and summaries (`run_dir`)."""
+
+  def __init__(self, model_dir: str):
+    self.model_dir = model_dir
+
+  def prepare(self, spec, vocab_size=None, vocab_model_type="bpe",
+              vocab_max_sentences=5_000_000, max_length=256, seed=0,
+              write_text=()) -> Prepared:
+    """Trains and saves the shared SentencePiece vocabulary of `spec`'s
+    training pairs, writes the corpus statistics (data_stats.json) and,
+    for each split in `write_text`, its pairs as two line-aligned files."""
+    vocabulary = prepare_lib.build_vocabulary(
+        spec, vocab_size, vocab_model_type, vocab_max_sentences, seed)
+    vocabulary.save(self.model_dir)
+    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length)
+    with open(os.path.join(self.model_dir, STATS_FILE), "w") as f:
+      json.dump(stats, f, indent=2)
+    return Prepared(vocabulary, stats,
+                    _write_text(spec, self.model_dir, write_text))
+
+  def train(self, config, spec, strategy=None, stop=None, vocab_size=None,
+            vocab_model_type="bpe", allow_recipe_change=False,
+            ignore_run_lock=False, flags_text="", **options) -> dict:
+    """Trains `config` on `spec` into the run directory, or resumes it.
+
+    A new run builds its vocabulary (or takes the one `prepare` left) and
+    saves config, spec and statistics; a resumed one must ask for the same
+    architecture and, unless `allow_recipe_change`, the same recipe.
+    `options`: `TrainOptions` fields (train_steps and batch_tokens come
+    from `config`). Returns `Trainer.train`'s result: step, losses, dev
+    metrics, checkpoint, stopped_by, time_up, weights_fingerprint.
+    Raises DataError, ValueError, NonFiniteLossError or RunLockedError.
+    """
+    strategy = strategy or strategy_lib.create_strategy("one_device")
+    chief = strategy_lib.is_chief(strategy)
+    lock = (run_lock.RunLock(self.model_dir, ignore_run_lock) if chief
+            else contextlib.nullcontext())
+    with lock:
+      max_length = options.get("max_length", 256)
+      config, vocabulary = self._run_config(
+          config, spec, chief, vocab_size, vocab_model_type,
+          options.get("seed", 0), max_length, allow_recipe_change,
+          flags_text)
+      train_options = trainer_lib.TrainOptions(
+          model_dir=self.model_dir, train_steps=config.train_steps,
+          batch_tokens=config.batch_tokens, **options)
+      logging.info("%s on %d replica(s), whole-step XLA %s: %s",
+                   type(strategy).__name__, strategy.num_replicas_in_sync,
+                   "on" if train_options.jit_compile_step else "off", config)
+      result = trainer_lib.Trainer(config, vocabulary, spec, train_options,
+                                   strategy).train(stop)
+    # The trainer's traced functions stay registered until collected, and
+    # make later tracing in this process (an export) three times slower.
+    gc.collect()
+    return result
+
+  def _run_config(self, config, spec, chief, vocab_size, vocab_model_type,
+                  seed, max_length, allow_recipe_change, flags_text):
+    """(config, vocabulary) of the run: the saved ones when resuming."""
+    model_dir = self.model_dir
+    if not chief:
+      run_dir.wait_for(model_dir)
+    if os.path.exists(os.path.join(model_dir, run_dir.CONFIG)):
+      return self._resumed_config(config, chief, allow_recipe_change,
+                                  flags_text)
+    if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
+      logging.info("using the vocabulary already in %s", model_dir)
+      vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
+    else:
+      logging.info("building the vocabulary from the training data")
+      vocabulary = prepare_lib.build_vocabulary(
+          spec, vocab_size, vocab_model_type, seed=seed)
+      vocabulary.save(model_dir)
+    config = config.replace(vocab_size=vocabulary.vocab_size)
+    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length)
+    for split, split_stats in stats.items():
+      if isinstance(split_stats, dict):
+        logging.info(
+            "%s: %d pairs, %d dropped as longer than --max_length=%d, %d "
+            "with an empty side", split, split_stats["pairs"],
+            split_stats["dropped_too_long"], max_length,
+            split_stats["dropped_empty_side"])
+    run_dir.save(model_dir, config, spec, flags_text, stats)
+    return config, vocabulary
+
+  def _resumed_config(self, config, chief, allow_recipe_change, flags_text):
+    """The saved run's config, with the asked runtime (and, if allowed,
+    training recipe) fields."""
+    saved = run_dir.load_config(self.model_dir)
+    asked = config.replace(vocab_size=saved.vocab_size).to_dict()
+    may_change = {"xla_attention", "train_steps"}
+    if allow_recipe_change:
+      may_change |= set(asked) - set(config_lib.ARCHITECTURE_FIELDS)
+    changed = {k: (v, asked[k]) for k, v in saved.to_dict().items()
+               if asked[k] != v}  # (saved, asked)
+    diff = {k: v for k, v in changed.items() if k not in may_change}
+    if diff:
+      fix = ("" if allow_recipe_change else
+             "; to change only the training recipe and keep the weights, "
+             "add --allow_recipe_change")
+      raise ValueError(
+          f"--model_dir={self.model_dir} holds a run with other hparams "
+          f"(saved, asked): {diff}: resume with the same flags or use a new "
+          f"--model_dir{fix}")
+    resumed = saved.replace(**{k: asked[k] for k in may_change})
+    if allow_recipe_change and resumed != saved and chief:
+      logging.info("--allow_recipe_change: resuming with %s (was, now)",
+                   changed)
+      run_dir.save(self.model_dir, resumed, flags_text=flags_text)
+    return resumed, vocabulary_lib.Vocabulary.load(self.model_dir)
+
+  def average(self, num_checkpoints, output_dir) -> Averaged:
+    """Averages the model variables of the last `num_checkpoints` (section
+    6.1) into `output_dir`, a model directory export and translate take.
+    Raises CheckpointError or FileNotFoundError."""
+    model = build_model(run_dir.load_config(self.model_dir))
+    path, averaged = average_checkpoints(model, self.model_dir,
+                                         num_checkpoints, output_dir)
+    return Averaged(path, averaged)
+
+  def export(self, export_dir, checkpoint=None, format="saved_model",  # pylint: disable=redefined-builtin
+             max_input_tokens=256, xla=False, decode_parts=1,
+             quantization=None, on_stage=None, **decoding) -> str:
+    """Exports `checkpoint` (default: the newest) as the next SavedModel
+    version of `export_dir`, or with format="ctranslate2" as a CTranslate2
+    model directory; returns its path. `decoding`: DecodingOptions fields
+    (None keeps the config's); `on_stage(text)` hears of each stage.
+    Raises ValueError naming a bad option, FileNotFoundError, ImportError
+    (CTranslate2 not installed)."""
+    on_stage = on_stage or (lambda text: None)
+    if xla and format != "saved_model":
+      raise ValueError("--xla: only for --format=saved_model")
+    if quantization and format != "ctranslate2":
+      raise ValueError("--quantization: only with --format=ctranslate2")
+    model, vocabulary = run_dir.load_trained_model(self.model_dir,
+                                                   checkpoint)
+    try:
+      options = DecodingOptions.from_config(model.config, **decoding)
+    except ValueError as e:
+      raise ValueError(f"decoding flags: {e}") from None
+    on_stage(f"restored the weights of {checkpoint or self.model_dir}")
+    if format == "ctranslate2":
+      path = ct2_export.export(model, vocabulary, export_dir, options,
+                               max_input_tokens, quantization)
+      on_stage(f"wrote the CTranslate2 model {path}")
+      return path
+    module = TranslationModule(model, vocabulary, options, max_input_tokens,
+                               xla=xla, decode_parts=decode_parts)
+    on_stage(f"tracing the {options.method} search into its signatures and "
+             f"writing the next version of {export_dir} ...")
+    path = export_lib.export(module, export_dir)
+    on_stage(f"wrote {path}")
+    return path
+
+  def translator(self, checkpoint=None, **decoding) -> Translator:
+    """An in-process translator over `checkpoint` (default: the newest)."""
+    return loading.translator(self.model_dir, checkpoint, **decoding)
+
+
+def open_translator(model=None, model_dir=None, **decoding) -> Translator:
+  """A translator over an export (`model`: a SavedModel version or a
+  CTranslate2 directory) or over a run (`model_dir`), exactly one of them.
+  `decoding` (DecodingOptions fields; None = the config's) applies to a run
+  only: an export's search is fixed. Raises ValueError."""
+  if bool(model) == bool(model_dir):
+    raise ValueError("pass exactly one of model and model_dir")
+  if model:
+    given = [name for name, value in decoding.items() if value is not None]
+    if given:
+      raise ValueError(f"{', '.join(given)}: the decoding is fixed in an "
+                       "export; re-export, or use the run")
+    return Translator.from_export(model)
+  return Runner(model_dir).translator(**decoding)
+
+
+def attention(sentence, model=None, model_dir=None) -> dict:
+  """One sentence's translation, tokens and attention weights (numpy) from
+  an export's `attention` signature (`model`) or the same graph code run on
+  a run (`model_dir`): a teacher-forced pass over the best translation."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if bool(model) == bool(model_dir):
+    raise ValueError("pass exactly one of --model and --model_dir")
+  if model:
+    import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+    function = tf.saved_model.load(model).signatures["attention"]
+  else:
+    module = loading.translation_module(model_dir)
+    function = module.attention  # (the tf.function holds `module` weakly)
+  out = function(text=tf.constant([sentence]))
+  return {key: value.numpy()[0] for key, value in out.items()}
+
+
+def translate(translator, texts, nbest=1, batch_size=32, progress=None):
+  """Each text's `nbest` (translation, score) pairs, best first."""
+  return translator.translate(texts, nbest, batch_size, progress)
+
+
+def evaluate(translator, source_lines, reference_lines, batch_size=32,
+             paper_bleu=False, progress=None,
+             names=("the source", "the reference")) -> Evaluation:
+  """Translates `source_lines` and scores them against `reference_lines`
+  with sacrebleu (`evaluation.score`). `names` name the two in messages.
+  Raises DataError if the counts differ."""
+  if len(source_lines) != len(reference_lines):
+    raise DataError(f"{names[0]} has {len(source_lines)} lines but "
+                    f"{names[1]} has {len(reference_lines)}; the files must "
+                    "be line-aligned")
+  warnings = translator.input_warnings(source_lines, names[0])
+  hypotheses = [h[0][0] for h in translate(translator, source_lines, 1,
+                                           batch_size, progress)]
+  return Evaluation(hypotheses, evaluation.score(hypotheses, reference_lines,
+                                                 paper_bleu), warnings)
+
+
+def describe_training(result, train_minutes=None):
+  """`Runner.train`'s result as lines for people: how far it trained (or
+  why it stopped), the dev metrics and the weights' fingerprint."""
+  if result["stopped_by"]:
+    saved = (f"saved {result['checkpoint']}" if result["checkpoint"] else
+             "nothing trained to save yet")
+    return [f"stopped by {result['stopped_by']} at step {result['step']}; "
+            f"{saved}; the same command resumes"]
+  if result["losses"]:
+    lines = [f"trained to step {result['step']}: loss "
+             f"{result['losses'][0]:.4f} (first step of this run) -> "
+             f"{result['last_logged_loss']:.4f} (the last progress line's)"]
+    if result["time_up"]:
+      lines.append(f"stopped at the --train_minutes={train_minutes:g} "
+                   f"budget: {result['train_minutes']:.1f} minutes trained "
+                   f"in all; saved {result['checkpoint']}")
+  else:
+    spent = (f" ({result['train_minutes']:.1f} minutes)" if result["time_up"]
+             else "")
+    lines = [f"already trained to step {result['step']}{spent}: nothing to "
+             "do"]
+  if result["dev"]:
+    lines.append("dev: " + " ".join(f"{k}={v:.4f}"
+                                    for k, v in result["dev"].items()))
+  return lines + [f"weights_fingerprint={result['weights_fingerprint']:.6f}"]
+
+
+def _write_text(spec, output_dir, splits):
+  """Writes each split's pairs as two line-aligned files; returns them."""
+  written = []
+  for split in splits:
+    paths = [os.path.join(output_dir, f"{split}.{language}") for language in
+             (spec.source_language, spec.target_language)]
+    pairs = list(sources.text_pairs(spec, split)())
+    for side, path in enumerate(paths):
+      with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(" ".join(pair[side].splitlines()) + "\n"
+                        for pair in pairs))
+    written += paths
+  return written

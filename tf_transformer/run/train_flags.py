@@ -1,0 +1,125 @@
+"""absl flags of bin/train.py, and the `Runner.train` arguments they mean."""
+
+from absl import flags
+
+from tf_transformer import config as config_lib
+from tf_transformer.data import data_flags
+from tf_transformer.training import strategy as strategy_lib
+
+# Flags that are TrainOptions fields of the same name.
+TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
+                 "checkpoint_every_steps", "checkpoint_every_secs",
+                 "keep_checkpoints", "eval_every_steps", "eval_max_sentences",
+                 "log_every_steps", "seed", "jit_compile_step", "xla_loss",
+                 "log_gradient_norm", "train_minutes")
+
+
+def define_flags():
+  """The data flags and the training flags."""
+  data_flags.define_flags()
+  flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
+                    "Model preset: base, big, Table 3 rows, parsing, tiny.")
+  flags.DEFINE_string("hparams", "", "Config overrides, e.g. "
+                      "'dropout_rate=0.2,warmup_steps=8000'.")
+  flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and the run's "
+                      "config and vocabulary.")
+  flags.DEFINE_integer("train_steps", None, "Optimizer updates (default: the "
+                       "preset's, 100k for base, 300k for big).")
+  flags.DEFINE_float("train_minutes", None, "Stop after this many minutes of "
+                     "training (counted over resumes; --train_steps still "
+                     "bounds it), with a checkpoint.")
+  flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global batch "
+                       "(default: the preset's, 25000 as in the paper).")
+  flags.DEFINE_enum("distribution", "one_device", list(strategy_lib.DISTRIBUTIONS),
+                    "tf.distribute strategy.")
+  flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
+  flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
+                       "(MirroredStrategy without GPUs).")
+  flags.DEFINE_string("tpu", None, "TPU name or address for --distribution=tpu.")
+  flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
+  flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
+                    "gradient under XLA (a few fused passes over the logits).")
+  flags.DEFINE_bool("jit_compile_step", False, "Compile each replica's whole "
+                    "training step with XLA (one device, or GPUs).")
+  flags.DEFINE_enum("mixed_precision", "", ["", "bfloat16", "float16"],
+                    "Mixed precision; float16 uses dynamic loss scaling.")
+  flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per "
+                       "update, to reach the paper's batch on less hardware.")
+  flags.DEFINE_integer("checkpoint_every_secs", 600, "Checkpoint period in "
+                       "seconds (paper: 10 minutes); 0 turns it off.")
+  flags.DEFINE_integer("checkpoint_every_steps", None, "Checkpoint period in "
+                       "steps.")
+  flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept.")
+  flags.DEFINE_integer("average_checkpoints", 5, "How many checkpoints this run "
+                       "will average (paper: 5 base, 20 big); "
+                       "--keep_checkpoints may not be below it.")
+  flags.DEFINE_integer("eval_every_steps", 1000, "Dev loss, BLEU and samples "
+                       "period; 0 turns it off.")
+  flags.DEFINE_integer("eval_max_sentences", 200, "Dev sentences translated for "
+                       "BLEU at each evaluation.")
+  flags.DEFINE_integer("log_every_steps", 100, "Progress line period.")
+  flags.DEFINE_bool("log_gradient_norm", True, "Measure the aggregated gradient "
+                    "norm (one more all-reduce per step with several devices).")
+  flags.DEFINE_integer("vocab_size", None, "Shared source-target vocabulary "
+                       "size (default: follows the training pairs: 4000 "
+                       "below 10k, 8000 below 100k, 16000 below 1M, else the "
+                       "paper's 37000); smaller when the corpus cannot fill "
+                       "it.")
+  flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
+                    "SentencePiece model type.")
+  flags.DEFINE_integer("seed", 0, "Seed of initialization, dropout and data "
+                       "order.")
+  flags.DEFINE_bool("allow_recipe_change", False, "Resume --model_dir with "
+                    "other training hparams (learning rate, warm-up, dropout, "
+                    "label smoothing, batch), keeping the weights; the "
+                    "architecture must stay the same.")
+  flags.DEFINE_bool("ignore_run_lock", False, "Train even though another live "
+                    "run holds --model_dir's lock (only if you know it writes "
+                    "elsewhere).")
+  flags.mark_flag_as_required("model_dir")
+  flags.register_validator("keep_checkpoints", lambda v: v >= 1,
+                           "--keep_checkpoints must be >= 1")
+
+
+def config_from_flags(values=None):
+  """The preset with --hparams, --xla_attention, --train_steps and
+  --batch_tokens applied."""
+  values = values or flags.FLAGS
+  config = config_lib.get_config(values.config, values.hparams,
+                                 xla_attention=values.xla_attention)
+  if values.train_steps:
+    config = config.replace(train_steps=values.train_steps)
+  if values.batch_tokens:
+    config = config.replace(batch_tokens=values.batch_tokens)
+  return config
+
+
+def train_arguments(values=None) -> dict:
+  """`Runner.train` keyword arguments from the flags (all but config,
+  spec, strategy and stop)."""
+  values = values or flags.FLAGS
+  return dict(
+      vocab_size=values.vocab_size, vocab_model_type=values.vocab_model_type,
+      allow_recipe_change=values.allow_recipe_change,
+      ignore_run_lock=values.ignore_run_lock,
+      flags_text=values.flags_into_string(),
+      mixed_precision=values.mixed_precision or None,
+      **{name: values[name].value for name in TRAIN_OPTIONS})
+
+
+def flag_errors(values=None):
+  """What the flags ask that cannot work together, as messages."""
+  values = values or flags.FLAGS
+  errors = []
+  if values.keep_checkpoints < values.average_checkpoints:
+    errors.append(
+        f"--keep_checkpoints={values.keep_checkpoints} is below "
+        f"--average_checkpoints={values.average_checkpoints}: the "
+        "checkpoints to average would be deleted")
+  if values.distribution == "multi_worker" and (
+      values.checkpoint_every_secs or not values.checkpoint_every_steps):
+    errors.append(
+        "--distribution=multi_worker saves checkpoints collectively, so "
+        "every worker must decide alike: pass --checkpoint_every_steps=N "
+        "and --checkpoint_every_secs=0")
+  return errors
