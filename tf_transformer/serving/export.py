@@ -16,6 +16,7 @@ cut inputs, and the second gives a Python client the ids `ids` takes).
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from tf_transformer.decoding.translation_module import TranslationModule
 
@@ -31,7 +32,16 @@ def next_version_dir(export_dir):
 def export(module: TranslationModule, export_dir: str) -> str:
   """Writes the next version of `export_dir`; returns its path."""
   path = next_version_dir(export_dir)
-  tf.saved_model.save(module, path, signatures={
-      "serving_default": module.serve, "nbest": module.nbest,
-      "ids": module.translate_ids, "attention": module.attention})
+  # Saving sets absl's verbosity to FATAL and back with set_verbosity, which
+  # pins absl's logger at an explicit level (WARNING unless flags said
+  # otherwise): the INFO lines of whatever runs next in this process would
+  # vanish. Keep the caller's level.
+  absl_logger = logging.get_absl_logger()
+  level = absl_logger.level
+  try:
+    tf.saved_model.save(module, path, signatures={
+        "serving_default": module.serve, "nbest": module.nbest,
+        "ids": module.translate_ids, "attention": module.attention})
+  finally:
+    absl_logger.setLevel(level)
   return path
