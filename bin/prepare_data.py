@@ -28,13 +28,7 @@ FLAGS = flags.FLAGS
 data_flags.define_flags()
 flags.DEFINE_string("output_dir", None, "Where vocabulary.model and "
                     "data_stats.json are written (a training --model_dir).")
-flags.DEFINE_integer("vocab_size", None, "Shared source-target vocabulary "
-                     "size (default: follows the training pairs: 4000 "
-                     "below 10k, 8000 below 100k, 16000 below 1M, else the "
-                     "paper's 37000); smaller when the corpus cannot fill "
-                     "it.")
-flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
-                  "SentencePiece model type.")
+data_flags.define_vocabulary_flags()
 flags.DEFINE_integer("vocab_max_sentences", 5_000_000, "Sentences sampled "
                      "to train the vocabulary.")
 flags.DEFINE_integer("seed", 0, "Seed of the generated data and sampling.")

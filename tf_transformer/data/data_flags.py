@@ -31,6 +31,18 @@ def define_flags():
                        "counted, never truncated.")
 
 
+
+def define_vocabulary_flags():
+  """--vocab_size and --vocab_model_type (bin/prepare_data.py and
+  bin/train.py, which builds the vocabulary when a run has none)."""
+  flags.DEFINE_integer("vocab_size", None, "Shared source-target vocabulary "
+                       "size (default: follows the training pairs: 4000 "
+                       "below 10k, 8000 below 100k, 16000 below 1M, else the "
+                       "paper's 37000); smaller when the corpus cannot fill "
+                       "it.")
+  flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
+                    "SentencePiece model type.")
+
 def spec_from_flags(values=None) -> DataSpec:
   values = values or flags.FLAGS
   return DataSpec(

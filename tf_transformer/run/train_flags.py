@@ -28,14 +28,17 @@ def define_flags():
   flags.DEFINE_float("train_minutes", None, "Stop after this many minutes of "
                      "training (counted over resumes; --train_steps still "
                      "bounds it), with a checkpoint.")
-  flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global batch "
+  flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global "
+                       "batch "
                        "(default: the preset's, 25000 as in the paper).")
-  flags.DEFINE_enum("distribution", "one_device", list(strategy_lib.DISTRIBUTIONS),
+  flags.DEFINE_enum("distribution", "one_device",
+                    list(strategy_lib.DISTRIBUTIONS),
                     "tf.distribute strategy.")
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
   flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
                        "(MirroredStrategy without GPUs).")
-  flags.DEFINE_string("tpu", None, "TPU name or address for --distribution=tpu.")
+  flags.DEFINE_string("tpu", None,
+                      "TPU name or address for --distribution=tpu.")
   flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
   flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
                     "gradient under XLA (a few fused passes over the logits).")
@@ -50,23 +53,20 @@ def define_flags():
   flags.DEFINE_integer("checkpoint_every_steps", None, "Checkpoint period in "
                        "steps.")
   flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept.")
-  flags.DEFINE_integer("average_checkpoints", 5, "How many checkpoints this run "
+  flags.DEFINE_integer("average_checkpoints", 5, "How many checkpoints this "
+                       "run "
                        "will average (paper: 5 base, 20 big); "
                        "--keep_checkpoints may not be below it.")
   flags.DEFINE_integer("eval_every_steps", 1000, "Dev loss, BLEU and samples "
                        "period; 0 turns it off.")
-  flags.DEFINE_integer("eval_max_sentences", 200, "Dev sentences translated for "
+  flags.DEFINE_integer("eval_max_sentences", 200, "Dev sentences translated "
+                       "for "
                        "BLEU at each evaluation.")
   flags.DEFINE_integer("log_every_steps", 100, "Progress line period.")
-  flags.DEFINE_bool("log_gradient_norm", True, "Measure the aggregated gradient "
+  flags.DEFINE_bool("log_gradient_norm", True, "Measure the aggregated "
+                    "gradient "
                     "norm (one more all-reduce per step with several devices).")
-  flags.DEFINE_integer("vocab_size", None, "Shared source-target vocabulary "
-                       "size (default: follows the training pairs: 4000 "
-                       "below 10k, 8000 below 100k, 16000 below 1M, else the "
-                       "paper's 37000); smaller when the corpus cannot fill "
-                       "it.")
-  flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
-                    "SentencePiece model type.")
+  data_flags.define_vocabulary_flags()
   flags.DEFINE_integer("seed", 0, "Seed of initialization, dropout and data "
                        "order.")
   flags.DEFINE_bool("allow_recipe_change", False, "Resume --model_dir with "
