@@ -47,7 +47,8 @@ def main(argv):
     print(f"{stack.name}: {len(layers)} x {type(layers[0]).__name__}, "
           f"{layers[0].count_params():,} params each")
   print(f"params={model.count_params()}")
-  print(f"flops_per_token={cost.flops_per_token(config, FLAGS.sequence_length)}")
+  flops = cost.flops_per_token(config.model, FLAGS.sequence_length)
+  print(f"flops_per_token={flops}")
 
 
 if __name__ == "__main__":

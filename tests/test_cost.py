@@ -18,7 +18,7 @@ def test_closed_form_equals_built_model(name):
   # is checked at full size below.
   config = config_lib.get_config(name, vocab_size=101, max_length=64)
   assert model_lib.build_model(config).count_params() == cost.parameter_count(
-      config)
+      config.model)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -27,22 +27,24 @@ def test_closed_form_equals_built_model(name):
 def test_closed_form_equals_built_model_for_options(overrides):
   config = config_lib.get_config("tiny", overrides)
   assert model_lib.build_model(config).count_params() == cost.parameter_count(
-      config)
+      config.model)
 
 
 def test_base_and_big_with_shared_37000_vocabulary():
   base = config_lib.get_config("base", vocab_size=37000)
   big = config_lib.get_config("big", vocab_size=37000)
   assert model_lib.build_model(base).count_params() == 63_082_496
-  assert round(cost.parameter_count(base) / 1e6, 2) == 63.08
-  assert round(cost.parameter_count(big) / 1e6, 2) == 214.25
+  assert round(cost.parameter_count(base.model) / 1e6, 2) == 63.08
+  assert round(cost.parameter_count(big.model) / 1e6, 2) == 214.25
 
 
 @pytest.mark.parametrize("row, paper",
                          sorted(config_lib.TABLE3_PARAMS_MILLIONS.items()))
 def test_table3_params_column(row, paper):
-  at_37k = cost.parameter_count(config_lib.get_config(row, vocab_size=37000))
-  at_41k = cost.parameter_count(config_lib.get_config(row, vocab_size=41000))
+  at_37k = cost.parameter_count(
+      config_lib.get_config(row, vocab_size=37000).model)
+  at_41k = cost.parameter_count(
+      config_lib.get_config(row, vocab_size=41000).model)
   assert abs(at_37k / 1e6 - paper) / paper < 0.07
   assert abs(at_41k / 1e6 - paper) / paper < 0.03
 
@@ -50,13 +52,14 @@ def test_table3_params_column(row, paper):
 def test_flops_grow_with_model_and_length():
   base = config_lib.get_config("base")
   big = config_lib.get_config("big")
-  assert cost.flops_per_token(big) > 3 * cost.flops_per_token(base)
-  assert cost.flops_per_token(base, 256) > cost.flops_per_token(base, 16)
+  assert cost.flops_per_token(big.model) > 3 * cost.flops_per_token(base.model)
+  assert cost.flops_per_token(base.model, 256) > cost.flops_per_token(
+      base.model, 16)
 
 
 def test_forward_flops_counted_by_hand():
-  c = config_lib.TransformerConfig(vocab_size=10, num_layers=1, d_model=4,
-                                   d_ff=8, num_heads=2)
+  c = config_lib.ModelConfig(vocab_size=10, num_layers=1, d_model=4, d_ff=8,
+                             num_heads=2)
   # Source 3 tokens, target 2; 2 FLOPs per multiply-add.
   encoder = 2 * (3*4*4 + 3*4*8 + 3*3*2*4 + 3*4*4) + 2 * 3 * 2 * 4 * 8
   decoder_self = 2 * (2*4*4 + 2*4*8 + 2*2*2*4 + 2*4*4)
@@ -74,7 +77,7 @@ def test_model_summary_script_prints_params_and_flops():
   lines = result.stdout.strip().splitlines()
   assert re.fullmatch(r"params=\d+", lines[-2]) and lines[-2] == "params=63082496"
   flops = int(re.fullmatch(r"flops_per_token=(\d+)", lines[-1]).group(1))
-  assert flops == cost.flops_per_token(config_lib.get_config("base"))
+  assert flops == cost.flops_per_token(config_lib.get_config("base").model)
   assert "encoder" in result.stdout and "decoder" in result.stdout
 
 

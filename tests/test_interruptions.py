@@ -137,7 +137,7 @@ def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
                     "--allow_recipe_change")
   assert recovered.returncode == 0, recovered.stderr[-3000:]
   assert f"resumed from {model_dir}/ckpt-2 at step 2 " in recovered.stderr
-  assert json.loads((model_dir / "config.json").read_text())[
+  assert json.loads((model_dir / "config.json").read_text())["training"][
       "learning_rate_scale"] == 0.5
   architecture = train("--train_steps=5", "--hparams=d_ff=64",
                        "--allow_recipe_change")

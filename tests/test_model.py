@@ -93,7 +93,7 @@ def test_xla_attention_switch_keeps_the_outputs():
   model = _model()
   compiled = model((SOURCE, TARGET_IN))
   model.set_xla_attention(False)
-  assert model.config.xla_attention is False
+  assert model.config.model.xla_attention is False
   assert not model.encoder.encoder_layers[0].self_attention.xla_attention
   np.testing.assert_allclose(model((SOURCE, TARGET_IN)), compiled, atol=1e-5)
 

@@ -104,7 +104,7 @@ def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     return path
 
   trainer.checkpointer.restore = restore_then_poison
-  trainer.options.train_steps = 5
+  trainer.config = trainer.config.replace(train_steps=5)
   with pytest.raises(trainer_lib.NonFiniteLossError) as error:
     trainer.train()
   assert "step 3: loss=nan" in str(error.value)

@@ -21,11 +21,11 @@ def vocabulary():
 
 
 def make_trainer(model_dir, strategy=None, overrides="dropout_rate=0.0",
-                 **options):
-  config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size)
+                 train_steps=10, batch_tokens=512, **options):
+  config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size,
+                      train_steps=train_steps, batch_tokens=batch_tokens)
   options = trainer_lib.TrainOptions(
-      model_dir=str(model_dir), **{"train_steps": 10, "batch_tokens": 512,
-                                   "max_length": 32, "eval_every_steps": 0,
+      model_dir=str(model_dir), **{"max_length": 32, "eval_every_steps": 0,
                                    "log_every_steps": 1,
                                    "checkpoint_every_secs": 0, **options})
   return trainer_lib.Trainer(config, vocabulary(), SPEC, options,

@@ -8,6 +8,7 @@ of Table 3 (A1-A4, B1-B2, C1-C7, D1-D4, E), `parsing` (section 6.3),
 
 A preset plus an override string such as "d_model=256,num_layers=2" gives a
 config; `d_k` and `d_v` default to d_model / h unless given (section 3.2.2).
+A config has three parts: `model`, `training` and `decoding`.
 """
 
 import dataclasses
@@ -24,11 +25,21 @@ ARCHITECTURE_FIELDS = ("vocab_size", "num_layers", "d_model", "d_ff",
 NORM_POSITIONS = ("post", "pre")
 
 
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  """All hyperparameters of one model, its training recipe and its decoding."""
+def _fail(config, field, why):
+  raise ValueError(f"config field {field}={getattr(config, field)!r}: {why}")
 
-  # Architecture (sections 3.1-3.5).
+
+def _check_positive(config, fields):
+  for field in fields:
+    if getattr(config, field) < 1:
+      _fail(config, field, "must be a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The model: its architecture (sections 3.1-3.5), its dropout (5.4)
+  and whether its attention core runs under XLA."""
+
   vocab_size: int = 37000
   num_layers: int = 6
   d_model: int = 512
@@ -41,11 +52,37 @@ class TransformerConfig:
   share_embeddings: bool = True
   norm_position: str = "post"  # the paper's LayerNorm(x + Dropout(Sublayer(x)))
   layer_norm_epsilon: float = 1e-6
-  # Regularization (section 5.4).
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
+  xla_attention: bool = True
+
+  def __post_init__(self):
+    _check_positive(self, ("vocab_size", "num_layers", "d_model", "d_ff",
+                           "num_heads", "max_length"))
+    for field in ("dropout_rate", "attention_dropout_rate"):
+      if not 0.0 <= getattr(self, field) < 1.0:
+        _fail(self, field, "must be in [0, 1)")
+    if self.positional_encoding not in POSITIONAL_ENCODINGS:
+      _fail(self, "positional_encoding",
+            f"must be one of {POSITIONAL_ENCODINGS}")
+    if self.norm_position not in NORM_POSITIONS:
+      _fail(self, "norm_position", f"must be one of {NORM_POSITIONS}")
+    for field in ("d_k", "d_v"):
+      if getattr(self, field) is None:
+        if self.d_model % self.num_heads:
+          _fail(self, "num_heads", f"must divide d_model={self.d_model} "
+                f"unless {field} is given")
+        object.__setattr__(self, field, self.d_model // self.num_heads)
+      elif getattr(self, field) < 1:
+        _fail(self, field, "must be a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """The training recipe: label smoothing (5.4), Adam and the warm-up
+  schedule (5.3, eq. 3), steps and batch size (5.1-5.2)."""
+
   label_smoothing: float = 0.1
-  # Optimizer and schedule (section 5.3, eq. 3).
   warmup_steps: int = 4000
   adam_beta_1: float = 0.9
   adam_beta_2: float = 0.98
@@ -53,54 +90,93 @@ class TransformerConfig:
   learning_rate_scale: float = 1.0
   train_steps: int = 100000
   batch_tokens: int = 25000
-  # Speed.
-  xla_attention: bool = True
-  # Decoding (section 6.1).
+
+  def __post_init__(self):
+    _check_positive(self, ("warmup_steps", "train_steps", "batch_tokens"))
+    if not 0.0 <= self.label_smoothing < 1.0:
+      _fail(self, "label_smoothing", "must be in [0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingConfig:
+  """The decoding defaults (section 6.1: beam 4, alpha 0.6, input + 50)."""
+
   beam_size: int = 4
   length_penalty_alpha: float = 0.6
   max_decode_length_offset: int = 50
 
   def __post_init__(self):
-    def fail(field, why):
-      raise ValueError(f"config field {field}={getattr(self, field)!r}: {why}")
+    _check_positive(self, ("beam_size",))
 
-    for field in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads",
-                  "max_length", "warmup_steps", "train_steps", "batch_tokens",
-                  "beam_size"):
-      if getattr(self, field) < 1:
-        fail(field, "must be a positive integer")
-    for field in ("dropout_rate", "attention_dropout_rate", "label_smoothing"):
-      if not 0.0 <= getattr(self, field) < 1.0:
-        fail(field, "must be in [0, 1)")
-    if self.positional_encoding not in POSITIONAL_ENCODINGS:
-      fail("positional_encoding", f"must be one of {POSITIONAL_ENCODINGS}")
-    if self.norm_position not in NORM_POSITIONS:
-      fail("norm_position", f"must be one of {NORM_POSITIONS}")
-    for field in ("d_k", "d_v"):
-      if getattr(self, field) is None:
-        if self.d_model % self.num_heads:
-          fail("num_heads", f"must divide d_model={self.d_model} unless "
-               f"{field} is given")
-        object.__setattr__(self, field, self.d_model // self.num_heads)
-      elif getattr(self, field) < 1:
-        fail(field, "must be a positive integer")
+
+PARTS = {"model": ModelConfig, "training": TrainingConfig,
+         "decoding": DecodingConfig}
+# Each field name -> its part; names are unique across the parts.
+FIELD_PART = {f.name: part for part, cls in PARTS.items()
+              for f in dataclasses.fields(cls)}
+
+
+def _by_part(values: dict) -> dict:
+  """{part: {field: value}} of flat `values`; unknown names raise."""
+  unknown = sorted(set(values) - set(FIELD_PART))
+  if unknown:
+    raise ValueError(f"unknown config field(s) {unknown}; known fields: "
+                     f"{sorted(FIELD_PART)}")
+  grouped = {part: {} for part in PARTS}
+  for name, value in values.items():
+    grouped[FIELD_PART[name]][name] = value
+  return grouped
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """A run's hyperparameters in three parts that serialize together:
+  `model` (what the weights are made for, and how they run), `training`
+  (the recipe) and `decoding` (the search's defaults). Presets, --hparams
+  and `replace` name fields flat ("d_model", "warmup_steps",
+  "beam_size"): the names are unique across the parts."""
+
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+  decoding: DecodingConfig = dataclasses.field(default_factory=DecodingConfig)
+
+  @classmethod
+  def from_flat(cls, values: dict) -> "TransformerConfig":
+    """From flat field values; each part's other fields keep defaults."""
+    return cls(**{part: PARTS[part](**fields)
+                  for part, fields in _by_part(values).items()})
 
   def replace(self, **changes) -> "TransformerConfig":
-    return dataclasses.replace(self, **changes)
+    """A copy with flat fields changed (d_k and d_v stay as they are)."""
+    return dataclasses.replace(self, **{
+        part: dataclasses.replace(getattr(self, part), **fields)
+        for part, fields in _by_part(changes).items() if fields})
+
+  def flat(self) -> dict:
+    """Every field by its flat name."""
+    return {name: value for part in PARTS
+            for name, value in dataclasses.asdict(getattr(self, part)).items()}
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    return {part: dataclasses.asdict(getattr(self, part)) for part in PARTS}
 
   def to_json(self) -> str:
     return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
   @classmethod
   def from_dict(cls, values: dict) -> "TransformerConfig":
-    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
-    if unknown:
-      raise ValueError(f"unknown config field(s) {unknown}; known fields: "
-                       f"{sorted(f.name for f in dataclasses.fields(cls))}")
-    return cls(**values)
+    """From `to_dict`'s nesting, or from the flat layout that earlier
+    versions saved (their run directories and models load unchanged)."""
+    if set(values) <= set(PARTS):
+      flat = {}
+      for part, fields in values.items():
+        flat.update(fields)
+        unknown = sorted(set(fields) - {
+            f.name for f in dataclasses.fields(PARTS[part])})
+        if unknown:
+          raise ValueError(f"unknown {part} config field(s) {unknown}")
+      return cls.from_flat(flat)
+    return cls.from_flat(values)
 
 
 _BIG = dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3,
@@ -182,7 +258,8 @@ def _parse_value(field: dataclasses.Field, text: str):
 
 def parse_overrides(overrides: str) -> dict:
   """Parses "name=value,name=value" into typed config values."""
-  fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+  fields = {f.name: f for cls in PARTS.values()
+            for f in dataclasses.fields(cls)}
   values = {}
   for item in filter(None, (s.strip() for s in (overrides or "").split(","))):
     name, sep, text = item.partition("=")
@@ -205,4 +282,4 @@ def get_config(name: str = "base", overrides: str = "",
   values = dict(PRESETS[name])
   values.update(parse_overrides(overrides))
   values.update(changes)
-  return TransformerConfig(**values)
+  return TransformerConfig.from_flat(values)

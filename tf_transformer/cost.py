@@ -5,21 +5,21 @@ bias, shared embedding counted once), so `parameter_count(config)` equals
 `build_model(config).count_params()`. FLOPs count a multiply-add as 2.
 """
 
-from tf_transformer.config import TransformerConfig
+from tf_transformer.config import ModelConfig
 
 
-def _attention_params(c: TransformerConfig) -> int:
+def _attention_params(c: ModelConfig) -> int:
   qk = 2 * (c.d_model * c.num_heads * c.d_k + c.num_heads * c.d_k)
   v = c.d_model * c.num_heads * c.d_v + c.num_heads * c.d_v
   o = c.num_heads * c.d_v * c.d_model + c.d_model
   return qk + v + o
 
 
-def _feed_forward_params(c: TransformerConfig) -> int:
+def _feed_forward_params(c: ModelConfig) -> int:
   return c.d_model * c.d_ff + c.d_ff + c.d_ff * c.d_model + c.d_model
 
 
-def parameter_count(c: TransformerConfig) -> int:
+def parameter_count(c: ModelConfig) -> int:
   """Trainable parameters of `Transformer(c)`."""
   norm = 2 * c.d_model
   encoder_layer = _attention_params(c) + _feed_forward_params(c) + 2 * norm
@@ -32,7 +32,7 @@ def parameter_count(c: TransformerConfig) -> int:
           + final_norms)
 
 
-def forward_flops(c: TransformerConfig, source_length: int,
+def forward_flops(c: ModelConfig, source_length: int,
                   target_length: int) -> int:
   """Matmul FLOPs of one teacher-forced forward pass of one sentence pair."""
   s, t, h = source_length, target_length, c.num_heads
@@ -49,7 +49,7 @@ def forward_flops(c: TransformerConfig, source_length: int,
   return encoder + decoder + softmax
 
 
-def flops_per_token(c: TransformerConfig, sequence_length: int = 32) -> int:
+def flops_per_token(c: ModelConfig, sequence_length: int = 32) -> int:
   """Forward FLOPs per token (source plus target tokens) for sentence pairs
   of `sequence_length` tokens on each side. Times 3 for a training step
   (forward and backward), times tokens/s for FLOP/s (Table 2's estimate)."""

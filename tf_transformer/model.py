@@ -27,6 +27,7 @@ from tf_transformer.layers.encoder import Encoder
 
 
 def _stack_arguments(config):
+  """Encoder and Decoder arguments from a `ModelConfig`."""
   return dict(num_layers=config.num_layers, num_heads=config.num_heads,
               d_ff=config.d_ff, d_k=config.d_k, d_v=config.d_v,
               dropout_rate=config.dropout_rate,
@@ -51,7 +52,7 @@ class Transformer(keras.Model):
     if isinstance(config, dict):
       config = TransformerConfig.from_dict(config)
     self.config = config
-    c = config
+    c = config.model
     self.source_embedding = SharedEmbedding(c.vocab_size, c.d_model,
                                             name="shared_embedding")
     if c.share_embeddings:
@@ -71,7 +72,7 @@ class Transformer(keras.Model):
     self.decoder = Decoder(**_stack_arguments(c), name="decoder")
 
   def build(self, input_shape=None):
-    d_model = self.config.d_model
+    d_model = self.config.model.d_model
     shape = (None, None, d_model)
     for embedding in {id(e): e for e in (
         self.source_embedding, self.target_embedding,

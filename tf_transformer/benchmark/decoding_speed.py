@@ -147,9 +147,9 @@ def cache_bytes_per_position(config, rows, part="both", bytes_per_number=4):
   """Bytes of self-attention keys and/or values (`part`: "key", "value" or
   "both"; section 3.2.3) that one decoded position adds to the cache of
   every decoder layer, for `rows` hypotheses (batch * beam)."""
-  depth = {"key": config.d_k, "value": config.d_v,
-           "both": config.d_k + config.d_v}[part]
-  return config.num_layers * config.num_heads * depth * bytes_per_number * rows
+  c = config.model
+  depth = {"key": c.d_k, "value": c.d_v, "both": c.d_k + c.d_v}[part]
+  return c.num_layers * c.num_heads * depth * bytes_per_number * rows
 
 
 def cache_read_per_token(config, rows, output_lengths, key_gb_per_sec,

@@ -80,7 +80,7 @@ def decode_section(o, config, report):
   from tf_transformer import build_model
   from tf_transformer.benchmark import decoding_speed
   from tf_transformer.decoding.search import DecodingOptions
-  vocabulary = decoding_speed.synthetic_vocabulary(config.vocab_size)
+  vocabulary = decoding_speed.synthetic_vocabulary(config.model.vocab_size)
   config = config.replace(vocab_size=vocabulary.vocab_size)
   keras.utils.set_random_seed(o.model_seed)
   model = build_model(config)
@@ -179,8 +179,8 @@ def cache_read_section(o, config, steps):
   from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
   import tensorflow as tf
   speeds = {dtype: timing.read_bandwidth(
-      o.bandwidth_megabytes, config.d_k, 4, 4 * BLOCK_LENGTH, o.runs,
-      dtype, o.decode_batch_size * config.num_heads)
+      o.bandwidth_megabytes, config.model.d_k, 4, 4 * BLOCK_LENGTH, o.runs,
+      dtype, o.decode_batch_size * config.model.num_heads)
             for dtype in (tf.float32, tf.bfloat16)}
   for dtype, read in speeds.items():
     gb = lambda name, read=read: read[f"{name}_gb_per_sec"]
@@ -232,9 +232,9 @@ def run(o) -> dict:
                                  vocab_size=o.vocab_size)
   report = {"machine": timing.machine(), "config": config.to_dict(),
             "flags": o.flags_text,
-            "flops_per_token": cost.flops_per_token(config,
+            "flops_per_token": cost.flops_per_token(config.model,
                                                     o.source_length),
-            "parameters": cost.parameter_count(config)}
+            "parameters": cost.parameter_count(config.model)}
   start = time.time()
   m = report["machine"]
   print(f"{m['cpu']} ({m['cores']} cores, {', '.join(m['cpu_flags'])}), "
@@ -245,7 +245,7 @@ def run(o) -> dict:
   if not {"train", "scaling", "decode"} & set(o.sections):
     return _write(o, report, start)
   print(f"{o.config} ({o.hparams or 'no overrides'}), vocabulary "
-        f"{config.vocab_size}: {report['parameters']:,} parameters, "
+        f"{config.model.vocab_size}: {report['parameters']:,} parameters, "
         f"{report['flops_per_token']:,} forward FLOPs per token")
   peak = timing.matmul_peak(o.matmul_size, o.runs)
   report["matmul_peak"] = peak

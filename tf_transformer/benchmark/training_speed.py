@@ -54,16 +54,17 @@ def _strategy(devices):
 def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
             peak_gflops=None):
   """A dict of figures for one variant and one sentence length."""
-  config = config.replace(xla_attention=variant.xla_attention)
+  config = config.replace(xla_attention=variant.xla_attention,
+                          train_steps=10**9, batch_tokens=batch_tokens)
   options = trainer_lib.TrainOptions(
       model_dir=tempfile.mkdtemp(prefix="tf_transformer_bench_"),
-      train_steps=10**9, batch_tokens=batch_tokens, max_length=length,
+      max_length=length,
       eval_every_steps=0, checkpoint_every_secs=0,
       jit_compile_step=variant.jit_compile_step, xla_loss=variant.xla_loss,
       mixed_precision=variant.mixed_precision, log_gradient_norm=False)
   trainer = trainer_lib.Trainer(config, None, DataSpec(), options,
                                 _strategy(variant.devices))
-  batch = synthetic_batch(config.vocab_size, batch_tokens, length)
+  batch = synthetic_batch(config.model.vocab_size, batch_tokens, length)
   distributed = next(iter(trainer.strategy.experimental_distribute_dataset(
       tf.data.Dataset.from_tensors(batch))))
 
@@ -75,7 +76,7 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
   seconds = median_seconds(step, runs, warmup)
   rows = int(batch[1].shape[0])
   tokens = 2 * rows * length
-  model_flops = 3 * cost.forward_flops(config, length, length) * rows
+  model_flops = 3 * cost.forward_flops(config.model, length, length) * rows
   figures = {"variant": variant.name, "length": length, "rows": rows,
              "seconds_per_step": seconds, "tokens_per_sec": tokens / seconds,
              "model_gflops_per_sec": model_flops / seconds / 1e9}

@@ -59,9 +59,9 @@ class DecodingOptions:
   def from_config(cls, config, **overrides):
     """The config's beam_size, alpha and offset, then `overrides` that are
     not None."""
-    values = dict(beam_size=config.beam_size,
-                  alpha=config.length_penalty_alpha,
-                  max_length_offset=config.max_decode_length_offset)
+    values = dict(beam_size=config.decoding.beam_size,
+                  alpha=config.decoding.length_penalty_alpha,
+                  max_length_offset=config.decoding.max_decode_length_offset)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return cls(**values)
 

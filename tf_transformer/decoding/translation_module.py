@@ -62,12 +62,13 @@ class TranslationModule(tf.Module):
     super().__init__()
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
-    if model.config.positional_encoding == "learned":
+    if model.config.model.positional_encoding == "learned":
       # A learned table has no rows past max_length.
-      max_input_tokens = min(max_input_tokens, model.config.max_length - 1)
+      max_input_tokens = min(max_input_tokens,
+                             model.config.model.max_length - 1)
       options = dataclasses.replace(options, max_length_offset=min(
           options.max_length_offset,
-          model.config.max_length - max_input_tokens - 1))
+          model.config.model.max_length - max_input_tokens - 1))
     self.options = options
     self.nbest_size = options.nbest
     self.max_input_tokens = max_input_tokens
@@ -128,7 +129,8 @@ class TranslationModule(tf.Module):
                       for kind in ATTENTION_KINDS)
       return (self.tokenizer.detokenize(target_ids),
               self._pieces(source_ids), self._pieces(target_ids)) + stacked
-    layers, heads = self.model.config.num_layers, self.model.config.num_heads
+    layers = self.model.config.model.num_layers
+    heads = self.model.config.model.num_heads
     empty = (tf.zeros([0], tf.string), tf.zeros([0, 0], tf.string),
              tf.zeros([0, 0], tf.string)) + tuple(
                  tf.zeros([0, layers, heads, 0, 0]) for _ in ATTENTION_KINDS)

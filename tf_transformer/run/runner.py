@@ -90,8 +90,8 @@ class Runner:
     A new run builds its vocabulary (or takes the one `prepare` left) and
     saves config, spec and statistics; a resumed one must ask for the same
     architecture and, unless `allow_recipe_change`, the same recipe.
-    `options`: `TrainOptions` fields (train_steps and batch_tokens come
-    from `config`). Returns `Trainer.train`'s result: step, losses, dev
+    `options`: `TrainOptions` fields (steps and batch size are
+    `config.training`'s). Returns `Trainer.train`'s result: step, losses, dev
     metrics, checkpoint, stopped_by, time_up, weights_fingerprint.
     Raises DataError, ValueError, NonFiniteLossError or RunLockedError.
     """
@@ -105,9 +105,8 @@ class Runner:
           config, spec, chief, vocab_size, vocab_model_type,
           options.get("seed", 0), max_length, allow_recipe_change,
           flags_text)
-      train_options = trainer_lib.TrainOptions(
-          model_dir=self.model_dir, train_steps=config.train_steps,
-          batch_tokens=config.batch_tokens, **options)
+      train_options = trainer_lib.TrainOptions(model_dir=self.model_dir,
+                                               **options)
       logging.info("%s on %d replica(s), whole-step XLA %s: %s",
                    type(strategy).__name__, strategy.num_replicas_in_sync,
                    "on" if train_options.jit_compile_step else "off", config)
@@ -151,11 +150,11 @@ class Runner:
     """The saved run's config, with the asked runtime (and, if allowed,
     training recipe) fields."""
     saved = run_dir.load_config(self.model_dir)
-    asked = config.replace(vocab_size=saved.vocab_size).to_dict()
+    asked = config.replace(vocab_size=saved.model.vocab_size).flat()
     may_change = {"xla_attention", "train_steps"}
     if allow_recipe_change:
       may_change |= set(asked) - set(config_lib.ARCHITECTURE_FIELDS)
-    changed = {k: (v, asked[k]) for k, v in saved.to_dict().items()
+    changed = {k: (v, asked[k]) for k, v in saved.flat().items()
                if asked[k] != v}  # (saved, asked)
     diff = {k: v for k, v in changed.items() if k not in may_change}
     if diff:

@@ -88,7 +88,7 @@ def _set_cross_attention(spec, attention, residual):
 
 
 def _position_table(model):
-  config = model.config
+  config = model.config.model
   if config.positional_encoding == "learned":
     return model.source_positions.position_embeddings.numpy()
   rows = max(SINUSOID_ROWS, config.max_length)
@@ -104,7 +104,7 @@ def sentencepiece_pieces(model_proto):
 def build_spec(model, vocabulary):
   """The CTranslate2 TransformerSpec holding `model`'s weights."""
   common_spec, transformer_spec = _specs()
-  config = model.config
+  config = model.config.model
   attention = model.encoder.encoder_layers[0].self_attention
   if attention.d_k != attention.d_v:
     raise ValueError(f"d_k={attention.d_k} and d_v={attention.d_v}: "

@@ -12,10 +12,10 @@ MIXED_PRECISION = {None: "float32", "": "float32", "bfloat16":
 def create_optimizer(config: TransformerConfig, mixed_precision=None):
   """The paper's optimizer; with float16, wrapped for dynamic loss scaling."""
   optimizer = keras.optimizers.Adam(
-      TransformerSchedule(config.d_model, config.warmup_steps,
-                          config.learning_rate_scale),
-      beta_1=config.adam_beta_1, beta_2=config.adam_beta_2,
-      epsilon=config.adam_epsilon)
+      TransformerSchedule(config.model.d_model, config.training.warmup_steps,
+                          config.training.learning_rate_scale),
+      beta_1=config.training.adam_beta_1, beta_2=config.training.adam_beta_2,
+      epsilon=config.training.adam_epsilon)
   if mixed_precision == "float16":
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   return optimizer

@@ -56,9 +56,9 @@ RECOVERY_ADVICE = (
 
 @dataclasses.dataclass
 class TrainOptions:
+  """How to run training (the recipe, with train_steps and batch_tokens,
+  is `config.training`)."""
   model_dir: str
-  train_steps: int
-  batch_tokens: int = 25000
   max_length: int = 256
   gradient_accumulation_steps: int = 1
   checkpoint_every_steps: Optional[int] = None
@@ -118,10 +118,11 @@ class Trainer:
         self.model, vocabulary, spec, strategy, self.summaries,
         lambda batch: self._eval_step(batch),
         batching.distributed_dataset_fn(
-            self._token_pairs("dev"), options.batch_tokens,
+            self._token_pairs("dev"), config.training.batch_tokens,
             options.max_length, shuffle=False),
         self.is_chief, options.eval_max_sentences,
-        config.max_decode_length_offset, config.label_smoothing)
+        config.decoding.max_decode_length_offset,
+        config.training.label_smoothing)
     floats = [v for v in self.model.weights + self.optimizer.variables
               if tf.as_dtype(v.dtype).is_floating]
     self._all_finite = tf.function(lambda: tf.reduce_all(
@@ -141,7 +142,8 @@ class Trainer:
   def _train_iterator(self):
     o = self.options
     dataset_fn = batching.training_stream_fn(
-        self._token_pairs("train"), o.batch_tokens, o.max_length,
+        self._token_pairs("train"), self.config.training.batch_tokens,
+        o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
         start_batch=int(self.batch_in_epoch.numpy()), cache=o.cache_data)
     return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
@@ -161,7 +163,7 @@ class Trainer:
     (source, target_in), target_out = batch
     logits = self.model((source, target_in), training=training)
     losses, nll, weights = token_losses(target_out, logits,
-                                        self.config.label_smoothing,
+                                        self.config.training.label_smoothing,
                                         jit_compile=self.options.xla_loss)
     source_tokens = tf.reduce_sum(tf.cast(source != PAD_ID, tf.float32))
     return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weights),
@@ -311,7 +313,7 @@ class Trainer:
       logging.info("resumed from %s at step %d (epoch %d, batch %d)",
                    restored, self.step, int(self.epoch.numpy()),
                    int(self.batch_in_epoch.numpy()))
-    self.summaries.hparams({**self.config.to_dict(),
+    self.summaries.hparams({**self.config.flat(),
                             **dataclasses.asdict(o)})
     self._iterator = self._train_iterator()
     self._compile_steps(self._iterator.element_spec[0])
@@ -323,7 +325,8 @@ class Trainer:
     metrics = {}
     stopping = self._stop_agreed(stop)
     time_up = self._time_up(run_start)
-    while self.step < o.train_steps and not (stopping or time_up):
+    train_steps = self.config.training.train_steps
+    while self.step < train_steps and not (stopping or time_up):
       loss_sum, nll_sum, tokens, source_tokens, norm = self.train_one_step()
       step = self.step
       loss = loss_sum / max(tokens, 1.0)
@@ -332,7 +335,7 @@ class Trainer:
       history.append(loss)
       window += [loss_sum, nll_sum, tokens, source_tokens, norm]
       window_steps += 1
-      if step % o.log_every_steps == 0 or step == o.train_steps:
+      if step % o.log_every_steps == 0 or step == train_steps:
         self._log(step, window, window_steps, time.time() - window_start,
                   (time.time() - run_start) / max(step - start_step, 1))
         window, window_start, window_steps = np.zeros(5), time.time(), 0
@@ -399,17 +402,18 @@ class Trainer:
     # The rate the logged update used (the optimizer already points at the
     # next one).
     learning_rate = float(schedule.learning_rate(
-        step, self.config.d_model, self.config.warmup_steps,
-        self.config.learning_rate_scale))
+        step, self.config.model.d_model, self.config.training.warmup_steps,
+        self.config.training.learning_rate_scale))
     tokens_per_sec = (tokens + source_tokens) / max(seconds, 1e-9)
     self.last_logged_loss = loss
-    eta = seconds_per_step * (self.options.train_steps - step)
+    train_steps = self.config.training.train_steps
+    eta = seconds_per_step * (train_steps - step)
     if self.options.train_minutes:
       eta = min(eta, self.options.train_minutes * 60 - self._minutes() * 60)
     eta = max(int(eta), 0)
     logging.info(
         "step %d/%d loss %.4f lr %.3g tokens/s %s ETA %d:%02d:%02d epoch %d",
-        step, self.options.train_steps, loss, learning_rate,
+        step, train_steps, loss, learning_rate,
         f"{tokens_per_sec:,.0f}", eta // 3600, eta // 60 % 60, eta % 60,
         int(self.epoch.numpy()))
     self.summaries.scalars("train", step, {
