@@ -99,14 +99,13 @@ class Runner:
     chief = strategy_lib.is_chief(strategy)
     lock = (run_lock.RunLock(self.model_dir, ignore_run_lock) if chief
             else contextlib.nullcontext())
+    train_options = trainer_lib.TrainOptions(model_dir=self.model_dir,
+                                             **options)
     with lock:
-      max_length = options.get("max_length", 256)
       config, vocabulary = self._run_config(
           config, spec, chief, vocab_size, vocab_model_type,
-          options.get("seed", 0), max_length, allow_recipe_change,
+          train_options.seed, train_options.max_length, allow_recipe_change,
           flags_text)
-      train_options = trainer_lib.TrainOptions(model_dir=self.model_dir,
-                                               **options)
       logging.info("%s on %d replica(s), whole-step XLA %s: %s",
                    type(strategy).__name__, strategy.num_replicas_in_sync,
                    "on" if train_options.jit_compile_step else "off", config)
