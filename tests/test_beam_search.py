@@ -220,7 +220,7 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
   model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
   texts = [s for s, _ in numbers.generate({"test": 24}, seed=5)["test"]]
   sources = _source_ids(vocabulary, texts)[:rows]
-  options = DecodingOptions(method=method, max_length_offset=10)
+  options = DecodingOptions(method=method, max_decode_length_offset=10)
   ids, scores = decode(model, sources, options)
   for parts in (2, 3):
     part_ids, part_scores = tf.function(decode_in_parts)(model, sources,
@@ -242,7 +242,7 @@ def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
   XLA."""
   model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
   model.set_xla_attention(False)
-  options = DecodingOptions(method=method, max_length_offset=10)
+  options = DecodingOptions(method=method, max_decode_length_offset=10)
   compiled = tf.function(
       lambda ids: fixed_shape_decode(model, ids, options), jit_compile=True)
   hlo = compiled.experimental_get_compiler_ir(

@@ -17,7 +17,7 @@ from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
 SAMPLE = DecodingOptions(method="sample", num_samples=5, temperature=2.0,
-                         max_length_offset=6, seed=7)
+                         max_decode_length_offset=6, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def _teacher_forced_scores(model, source, outputs, alpha):
 
 def test_greedy_option_is_greedy_search_with_penalised_scores(model):
   ids, scores = decode(model, SOURCES, DecodingOptions(
-      method="greedy", max_length_offset=6))
+      method="greedy", max_decode_length_offset=6))
   greedy_ids, log_probs = greedy_search(model, SOURCES, 6)
   assert ids.shape[:2] == (2, 1)
   np.testing.assert_array_equal(ids[:, 0], greedy_ids)
@@ -79,7 +79,7 @@ def test_seeds_reproduce_and_differ(model):
 
 def test_top_k_one_is_greedy_at_any_temperature(model):
   greedy_ids, _ = decode(model, SOURCES, DecodingOptions(
-      method="greedy", max_length_offset=6))
+      method="greedy", max_decode_length_offset=6))
   ids, _ = decode(model, SOURCES, dataclasses.replace(
       SAMPLE, top_k=1, temperature=5.0))
   for sample in range(5):
@@ -95,9 +95,9 @@ def test_sampling_without_a_seed_runs_in_a_graph(model):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("method", "nucleus"), ("beam_size", 0), ("alpha", -1.0),
+    ("method", "nucleus"), ("beam_size", 0), ("length_penalty_alpha", -1.0),
     ("temperature", 0.0), ("top_k", -1), ("num_samples", 0),
-    ("max_length_offset", 0)])
+    ("max_decode_length_offset", 0)])
 def test_bad_options_name_the_field(field, value):
   with pytest.raises(ValueError, match=field):
     DecodingOptions(**{field: value})
@@ -105,12 +105,26 @@ def test_bad_options_name_the_field(field, value):
 
 def test_options_come_from_the_config():
   parsing = DecodingOptions.from_config(get_config("parsing"))
-  assert (parsing.beam_size, parsing.alpha, parsing.max_length_offset) == (
-      21, 0.3, 300)
+  assert (parsing.beam_size, parsing.length_penalty_alpha,
+          parsing.max_decode_length_offset) == (21, 0.3, 300)
   base = DecodingOptions.from_config(get_config("base"), beam_size=None,
                                      method="greedy")
-  assert (base.method, base.beam_size, base.alpha, base.nbest) == (
-      "greedy", 4, 0.6, 1)
+  assert (base.method, base.beam_size, base.length_penalty_alpha,
+          base.nbest) == ("greedy", 4, 0.6, 1)
+  # The options are the config's decoding part plus the method's choices.
+  assert isinstance(base, type(get_config("base").decoding))
+
+
+def test_options_saved_under_older_names_still_load():
+  """CTranslate2 exports written before the rename saved alpha and
+  max_length_offset; they must still open."""
+  saved = dataclasses.asdict(DecodingOptions(length_penalty_alpha=0.3))
+  assert DecodingOptions.from_dict(saved) == DecodingOptions(
+      length_penalty_alpha=0.3)
+  old = {"method": "beam", "beam_size": 5, "alpha": 0.2,
+         "max_length_offset": 7}
+  assert DecodingOptions.from_dict(old) == DecodingOptions(
+      beam_size=5, length_penalty_alpha=0.2, max_decode_length_offset=7)
 
 
 @pytest.mark.parametrize("method", ["beam", "greedy", "sample"])

@@ -106,7 +106,9 @@ class DecodingConfig:
   max_decode_length_offset: int = 50
 
   def __post_init__(self):
-    _check_positive(self, ("beam_size",))
+    _check_positive(self, ("beam_size", "max_decode_length_offset"))
+    if self.length_penalty_alpha < 0:
+      _fail(self, "length_penalty_alpha", "must be >= 0")
 
 
 PARTS = {"model": ModelConfig, "training": TrainingConfig,

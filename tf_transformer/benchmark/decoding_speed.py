@@ -3,7 +3,7 @@ the time per output token as outputs grow, and the cost of wider beams.
 
 The model has random weights (a benchmark must not need a trained model),
 so it almost never emits EOS: every output runs to its length limit, source
-length + `max_length_offset`. Choosing the sources' length and the offset
+length + `max_decode_length_offset`. Choosing the sources' length and the offset
 therefore fixes the output length, and the work per output token is that of
 a trained model producing outputs of that length. Sources are sentences of
 whole-word pieces of a synthetic vocabulary of the asked size, so each word
@@ -127,7 +127,7 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
     if length not in translators:
       module = TranslationModule(model, vocabulary,
                                             DecodingOptions(
-          beam_size=beam_size, max_length_offset=length - (words + 1)))
+          beam_size=beam_size, max_decode_length_offset=length - (words + 1)))
       translators[length] = lambda: module.serve(batch)["translation"].numpy()
       translators[length]()  # tracing, not timed
     start = time.perf_counter()
@@ -183,7 +183,7 @@ def beam_scaling(model, vocabulary, texts, beam_sizes=(1, 4, 8),
   results = {}
   for k in beam_sizes:
     module = TranslationModule(model, vocabulary, DecodingOptions(
-        beam_size=k, max_length_offset=max_length_offset))
+        beam_size=k, max_decode_length_offset=max_length_offset))
 
     def translate_all(module=module):
       for batch in batches:

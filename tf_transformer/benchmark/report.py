@@ -92,7 +92,7 @@ def decode_section(o, config, report):
   _print_header("decoding (exported SavedModel, text in and out)", columns)
   for method in ("beam", "greedy"):
     path = decoding_speed.export_model(model, vocabulary, DecodingOptions(
-        method=method, max_length_offset=1))
+        method=method, max_decode_length_offset=1))
     for batch_size in sorted({1, o.decode_batch_size}):
       # Batch 1 over every sentence would take long: 1/8 of them.
       subset = texts if batch_size > 1 else texts[:max(
@@ -151,7 +151,8 @@ def serving_section(o, report):
              "bleu", "identical_to_ours"]
   _print_header(f"serving {len(sentences)} lines of {o.source}, batch "
                 f"{o.serving_batch_size}, {o.threads} threads (beam "
-                f"{options.beam_size}, alpha {options.alpha})", columns)
+                f"{options.beam_size}, alpha {options.length_penalty_alpha})",
+                columns)
   _print_rows(throughput, columns)
   columns = ["search", "decoder", "p50_ms", f"p50_ms_vs_{base}", "p90_ms"]
   _print_header(f"latency, one sentence per request ({o.latency_sentences}"

@@ -99,9 +99,11 @@ def _exports(model_dir, directory, settings):
 
 def _ct2_search(search, options, patience):
   if search == "greedy":
-    return dict(beam_size=1, max_length_offset=options.max_length_offset)
-  return dict(beam_size=options.beam_size, length_penalty=options.alpha,
-              patience=patience, max_length_offset=options.max_length_offset)
+    return dict(beam_size=1,
+                max_length_offset=options.max_decode_length_offset)
+  return dict(beam_size=options.beam_size,
+              length_penalty=options.length_penalty_alpha, patience=patience,
+              max_length_offset=options.max_decode_length_offset)
 
 
 def _run_worker(request, env_changes):

@@ -57,7 +57,7 @@ class CT2Decoder:
                               f"{MODEL_FILE})")
     with open(os.path.join(path, DECODING_FILE), encoding="utf-8") as f:
       saved = json.load(f)
-    self.options = DecodingOptions(**saved["decoding"])
+    self.options = DecodingOptions.from_dict(saved["decoding"])
     self.max_input_tokens = saved["max_input_tokens"]
     self.nbest_size = self.options.nbest
     self.processor = spm.SentencePieceProcessor(
@@ -80,12 +80,12 @@ class CT2Decoder:
   def search_kwargs(self, sources):
     o = self.options
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
-                  max_input_length=0, length_penalty=o.alpha,
+                  max_input_length=0, length_penalty=o.length_penalty_alpha,
                   # Our limit is per sentence (source + EOS + offset, EOS
                   # included); CTranslate2's is per batch and excludes EOS.
                   max_decoding_length=max(
                       [len(s) for s in sources], default=0)
-                  + o.max_length_offset)
+                  + o.max_decode_length_offset)
     if o.method == "beam":
       kwargs.update(beam_size=o.beam_size, patience=PATIENCE)
     elif o.method == "greedy":
@@ -109,9 +109,9 @@ class CT2Decoder:
       row_texts, row_scores = [], []
       for hypothesis, score in zip(result.hypotheses, result.scores):
         length = len(hypothesis) + 1  # and the EOS
-        log_prob = score * length ** self.options.alpha
+        log_prob = score * length ** self.options.length_penalty_alpha
         row_texts.append(self.processor.decode(hypothesis).encode("utf-8"))
-        row_scores.append(log_prob / gnmt_penalty(length, self.options.alpha))
+        row_scores.append(log_prob / gnmt_penalty(length, self.options.length_penalty_alpha))
       order = np.argsort(row_scores)[::-1]
       translations.append([row_texts[i] for i in order][:n])
       scores.append([row_scores[i] for i in order][:n])

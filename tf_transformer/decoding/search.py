@@ -11,6 +11,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tf_transformer.config import DecodingConfig
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.beam_search import tile_beams
@@ -23,28 +24,26 @@ METHODS = ("beam", "greedy", "sample")
 # Source lengths are padded to multiples of this under XLA (one compiled
 # search per multiple and batch size, not one per request).
 LENGTH_BUCKET = 16
+_OLD_NAMES = {"alpha": "length_penalty_alpha",
+              "max_length_offset": "max_decode_length_offset"}
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodingOptions:
-  """How to decode. The defaults are the paper's (section 6.1); the parsing
-  preset's are beam_size=21, alpha=0.3, max_length_offset=300 (6.3)."""
+class DecodingOptions(DecodingConfig):
+  """How to decode: a config's decoding part (beam_size,
+  length_penalty_alpha, max_decode_length_offset; the paper's 4, 0.6, +50,
+  section 6.1; the parsing preset's 21, 0.3, +300, section 6.3) and the
+  choices of one decoding: the method, and sampling's settings."""
   method: str = "beam"
-  beam_size: int = 4
-  alpha: float = 0.6
-  max_length_offset: int = 50
   temperature: float = 1.0
   top_k: int = 0
   num_samples: int = 1
   seed: Optional[int] = None
 
   def __post_init__(self):
+    super().__post_init__()
     checks = [
         (self.method in METHODS, f"method={self.method!r}: one of {METHODS}"),
-        (self.beam_size >= 1, f"beam_size={self.beam_size}: must be >= 1"),
-        (self.alpha >= 0, f"alpha={self.alpha}: must be >= 0"),
-        (self.max_length_offset >= 1,
-         f"max_length_offset={self.max_length_offset}: must be >= 1"),
         (self.temperature > 0,
          f"temperature={self.temperature}: must be > 0"),
         (self.top_k >= 0, f"top_k={self.top_k}: must be >= 0 (0 = all)"),
@@ -57,12 +56,20 @@ class DecodingOptions:
 
   @classmethod
   def from_config(cls, config, **overrides):
-    """The config's beam_size, alpha and offset, then `overrides` that are
-    not None."""
-    values = dict(beam_size=config.decoding.beam_size,
-                  alpha=config.decoding.length_penalty_alpha,
-                  max_length_offset=config.decoding.max_decode_length_offset)
+    """The config's decoding part, then `overrides` that are not None."""
+    values = dataclasses.asdict(config.decoding)
     values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(**values)
+
+  @classmethod
+  def from_dict(cls, values):
+    """Options saved with `dataclasses.asdict`, also under the names exports
+    written before the options shared the config's (alpha,
+    max_length_offset)."""
+    values = dict(values)
+    for old, new in _OLD_NAMES.items():
+      if old in values:
+        values[new] = values.pop(old)
     return cls(**values)
 
   @property
@@ -79,19 +86,19 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None):
   a static shape for XLA; the ids then have `max_length` columns."""
   if options.method == "beam":
     return model_beam_search(model, source_ids, options.beam_size,
-                             options.alpha, options.max_length_offset,
+                             options.length_penalty_alpha, options.max_decode_length_offset,
                              max_length)
   n = options.nbest
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
     ids, log_probs = greedy_search(model, source_ids,
-                                   options.max_length_offset, max_length)
+                                   options.max_decode_length_offset, max_length)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
-        options.max_length_offset, options.seed, max_length)
+        options.max_decode_length_offset, options.seed, max_length)
   lengths = _lengths(ids)
-  scores = tf.reshape(log_probs / length_penalty(lengths, options.alpha),
+  scores = tf.reshape(log_probs / length_penalty(lengths, options.length_penalty_alpha),
                       [batch, n])
   ids = tf.reshape(ids, [batch, n, -1])
   scores, order = tf.math.top_k(scores, k=n)
@@ -102,7 +109,7 @@ def fixed_shape_decode(model, source_ids, options=DecodingOptions()):
   """`decode` with every buffer sized by `source_ids`' shape alone (its
   length + the offset), never by its values: compiled with XLA, one program
   serves every batch of that shape. The ids have that many columns."""
-  max_length = tf.shape(source_ids)[1] + options.max_length_offset
+  max_length = tf.shape(source_ids)[1] + options.max_decode_length_offset
   return decode(model, source_ids, options, max_length=max_length)
 
 
@@ -125,7 +132,7 @@ def decode_in_buckets(compiled_decode, source_ids, options=DecodingOptions(),
   ids, scores = compiled_decode(padded)
   lengths = _lengths(source_ids)
   # (an empty batch's maximum is the lowest int32: its limit is 1)
-  limit = tf.maximum(tf.reduce_max(lengths) + options.max_length_offset, 1)
+  limit = tf.maximum(tf.reduce_max(lengths) + options.max_decode_length_offset, 1)
   return ids[:batch, :, :limit], scores[:batch]
 
 

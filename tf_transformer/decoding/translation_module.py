@@ -23,7 +23,7 @@ Functions (each a `tf.function` with an input signature):
 
 Every request gets a defined answer: invalid UTF-8 bytes are replaced with
 U+FFFD, inputs are cut to `max_input_tokens` subwords, outputs to source
-length + `max_length_offset`, and an empty batch gives empty outputs. An
+length + `max_decode_length_offset`, and an empty batch gives empty outputs. An
 input of another rank (a scalar, a [2, 2] matrix) is refused with
 InvalidArgumentError "Shape of tensor text [2,2] is not compatible with
 expected shape [?]": the declared [None] alone is not checked when a loaded
@@ -66,8 +66,8 @@ class TranslationModule(tf.Module):
       # A learned table has no rows past max_length.
       max_input_tokens = min(max_input_tokens,
                              model.config.model.max_length - 1)
-      options = dataclasses.replace(options, max_length_offset=min(
-          options.max_length_offset,
+      options = dataclasses.replace(options, max_decode_length_offset=min(
+          options.max_decode_length_offset,
           model.config.model.max_length - max_input_tokens - 1))
     self.options = options
     self.nbest_size = options.nbest

@@ -39,6 +39,8 @@ def decoding_overrides(values=None) -> dict:
   overrides = {name: values[name].value for name in DECODING_FLAGS}
   overrides["method"] = overrides.pop("decoding")
   overrides["seed"] = overrides.pop("sampling_seed")
+  overrides["length_penalty_alpha"] = overrides.pop("alpha")
+  overrides["max_decode_length_offset"] = overrides.pop("max_length_offset")
   return overrides
 
 
