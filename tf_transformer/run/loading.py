@@ -8,13 +8,22 @@ from tf_transformer.decoding.translator import Translator
 from tf_transformer.run import run_dir
 
 
-def translation_module(model_dir, checkpoint=None, **options):
-  """The `TranslationModule` of `checkpoint` (default: the newest in
-  `model_dir`); `options`: DecodingOptions fields (None keeps the
-  config's)."""
+def trained(model_dir, checkpoint=None, **options):
+  """(model, vocabulary, DecodingOptions) of `checkpoint` (default: the
+  newest in `model_dir`); `options`: DecodingOptions fields (None keeps the
+  config's). A bad option raises ValueError naming it."""
   model, vocabulary = run_dir.load_trained_model(model_dir, checkpoint)
-  return TranslationModule(
-      model, vocabulary, DecodingOptions.from_config(model.config, **options))
+  try:
+    decoding = DecodingOptions.from_config(model.config, **options)
+  except ValueError as e:
+    raise ValueError(f"decoding flags: {e}") from None
+  return model, vocabulary, decoding
+
+
+def translation_module(model_dir, checkpoint=None, **options):
+  """The `TranslationModule` of `trained(model_dir, checkpoint,
+  **options)`."""
+  return TranslationModule(*trained(model_dir, checkpoint, **options))
 
 
 def translator(model_dir, checkpoint=None, **options):

@@ -21,8 +21,10 @@ from tf_transformer import config as config_lib
 from tf_transformer.data import numbers
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.sources import DataSpec
+from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.decoding.translator import one_line
+from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.training import checkpoints
 
@@ -64,6 +66,7 @@ class JobResult:
   training: dict  # Runner.train's result
   averaged: runner_lib.Averaged
   export: str  # the SavedModel version
+  decoding: DecodingOptions  # the export's search
   texts: dict  # split -> (source file, reference file)
   scores: dict  # split -> evaluation.score of the SavedModel's output
   examples: list  # (source, translation, reference) of the first test lines
@@ -203,6 +206,8 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   announce("export", _command("export.py", f"--model_dir={averaged_dir}",
                               f"--export_dir={export_dir}"))
   export = runner_lib.Runner(averaged_dir).export(export_dir)
+  decoding = DecodingOptions.from_config(
+      run_dir_lib.load_config(averaged_dir))
   times["export"] = time.time() - start
 
   start = time.time()
@@ -228,9 +233,9 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
                                  f"--input={texts['test'][0]}"))
   translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
   times["translate"] = time.time() - start
-  return JobResult(task_name, config_name, training, averaged, export, texts,
-                   scores, list(zip(sources, translations, references)),
-                   times)
+  return JobResult(task_name, config_name, training, averaged, export,
+                   decoding, texts, scores,
+                   list(zip(sources, translations, references)), times)
 
 
 def _command(script, *args):
@@ -254,7 +259,9 @@ def summary(result: JobResult):
   lines.append(f"averaged   {len(result.averaged.checkpoints)} checkpoints: "
                + ", ".join(os.path.basename(p)
                            for p in result.averaged.checkpoints))
-  lines.append(f"exported   {result.export} (beam 4, alpha 0.6)")
+  d = result.decoding
+  lines.append(f"exported   {result.export} ({d.method} "
+               f"{d.beam_size}, alpha {d.length_penalty_alpha})")
   for split, (source, _) in result.texts.items():
     s = result.scores[split]
     lines.append(f"{split:<10} exact match {s['exact_match']:.4f}  chrF "

@@ -24,7 +24,6 @@ from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import sources
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
-from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.model import build_model
@@ -194,12 +193,8 @@ class Runner:
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
       raise ValueError("--quantization: only with --format=ctranslate2")
-    model, vocabulary = run_dir.load_trained_model(self.model_dir,
-                                                   checkpoint)
-    try:
-      options = DecodingOptions.from_config(model.config, **decoding)
-    except ValueError as e:
-      raise ValueError(f"decoding flags: {e}") from None
+    model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
+                                                 **decoding)
     on_stage(f"restored the weights of {checkpoint or self.model_dir}")
     if format == "ctranslate2":
       path = ct2_export.export(model, vocabulary, export_dir, options,
