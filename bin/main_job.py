@@ -24,42 +24,16 @@ last checkpoint); each run exports the next version of --export_dir.
 
 import sys
 
-from absl import flags
-
 from tf_transformer import command
 from tf_transformer.data.errors import DataError
+from tf_transformer.run import job_flags
 from tf_transformer.run import main_job
-from tf_transformer.run.main_job import TASKS
 from tf_transformer.training import interruption
 from tf_transformer.training import run_lock
 from tf_transformer.training.checkpoints import CheckpointError
 from tf_transformer.training.trainer import NonFiniteLossError
 
-FLAGS = flags.FLAGS
-flags.DEFINE_enum("task", "numbers", sorted(TASKS), "numbers: the embedded "
-                  "generated task; multi30k: the Multi30k captions in "
-                  "--data_dir.")
-flags.DEFINE_string("data_dir", None, "--task=multi30k: the folder with "
-                    "train, val and test_2016_flickr .en/.de files "
-                    "(gzipped or not).")
-flags.DEFINE_string("work_dir", None, "Run directory, averaged model and "
-                    "the dev/test text files (default: runs/TASK).")
-flags.DEFINE_string("export_dir", None, "Where the SavedModel versions go "
-                    "(default: saved_models/TASK).")
-flags.DEFINE_string("config", None, "Model preset (default: the task's, "
-                    "tiny or small_corpus).")
-flags.DEFINE_string("hparams", "", "Config overrides.")
-flags.DEFINE_integer("train_steps", None, "Optimizer updates (default: the "
-                     "task's; numbers 1000).")
-flags.DEFINE_float("train_minutes", None, "Training time budget (default: "
-                   "the task's; multi30k 20).")
-flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size (default: "
-                     "the task's; numbers 1000, multi30k 8000).")
-flags.DEFINE_integer("average_checkpoints", 5, "Checkpoints averaged.")
-flags.DEFINE_integer("num_examples", 8, "Test sentences shown at the end.")
-flags.DEFINE_integer("seed", 0, "Seed of data, initialization and order.")
-flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "
-                     "the task's 40,000); fewer for a quick try.")
+job_flags.define_flags()
 
 
 def main(argv):
@@ -67,11 +41,8 @@ def main(argv):
   stop = interruption.StopRequest().install()
   announce = lambda stage, line: print(f"\n== {stage}: {line}", flush=True)
   try:
-    result = main_job.run_job(
-        FLAGS.task, FLAGS.work_dir, FLAGS.export_dir, FLAGS.data_dir,
-        FLAGS.config, FLAGS.hparams, FLAGS.train_steps, FLAGS.train_minutes,
-        FLAGS.vocab_size, FLAGS.average_checkpoints, FLAGS.num_examples,
-        FLAGS.seed, FLAGS.numbers_train_size, stop, announce)
+    result = main_job.run_job(stop=stop, announce=announce,
+                              **job_flags.job_arguments())
   except main_job.JobStopped as e:
     print(f"main_job: {e}", file=sys.stderr)
     return stop.exit_status or 143

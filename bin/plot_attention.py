@@ -15,7 +15,6 @@ best translation. Needs matplotlib (pip install "tf_transformer[plot]").
 
 import sys
 
-from absl import app
 from absl import flags
 
 from tf_transformer import command
@@ -37,32 +36,16 @@ flags.register_validator("kind", lambda kinds: set(kinds) <= set(KINDS),
                          f"--kind: each must be one of {', '.join(KINDS)}")
 
 
-def _choose(spec, count, flag):
-  """'all', 'last' or '1,3' -> 0-based indices, or a UsageError."""
-  if spec == "all":
-    return list(range(count))
-  if spec == "last":
-    return [count - 1]
-  try:
-    chosen = [int(part) - 1 for part in spec.split(",")]
-  except ValueError:
-    chosen = [-1]
-  if not all(0 <= i < count for i in chosen):
-    raise app.UsageError(f"--{flag}={spec}: the model has {count} {flag}, "
-                         f"numbered 1 to {count}")
-  return chosen
-
-
 def main(argv):
   del argv
   try:
     out = runner.attention(FLAGS.sentence, FLAGS.model, FLAGS.model_dir)
+    num_layers, num_heads = out["encoder_self"].shape[:2]
+    layers = plots.choose(FLAGS.layers, num_layers, "layers")
+    heads = plots.choose(FLAGS.heads, num_heads, "heads")
   except (OSError, ValueError) as e:
     print(f"plot_attention: error: {e}", file=sys.stderr)
     return 1
-  num_layers, num_heads = out["encoder_self"].shape[:2]
-  layers = _choose(FLAGS.layers, num_layers, "layers")
-  heads = _choose(FLAGS.heads, num_heads, "heads")
   print(f"translation: {out['translation'].decode('utf-8', 'replace')}")
   for path in plots.attention_heatmaps(out, FLAGS.kind, layers, heads,
                                        FLAGS.output_dir):

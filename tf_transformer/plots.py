@@ -45,6 +45,24 @@ def attention_heatmap(weights, row_tokens, column_tokens, title, path):
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 
 
+def choose(spec, count, what):
+  """0-based indices of `spec`, a flag's value in the paper's counting from
+  1: 'all', 'last' or '1,3'. ValueError names the flag `what` and the
+  model's `count` of them."""
+  if spec == "all":
+    return list(range(count))
+  if spec == "last":
+    return [count - 1]
+  try:
+    chosen = [int(part) - 1 for part in spec.split(",")]
+  except ValueError:
+    chosen = [-1]
+  if not all(0 <= i < count for i in chosen):
+    raise ValueError(f"--{what}={spec}: the model has {count} {what}, "
+                     f"numbered 1 to {count}")
+  return chosen
+
+
 def _tokens(pieces):
   return [p.decode("utf-8", "replace") if isinstance(p, bytes) else p
           for p in pieces if p]

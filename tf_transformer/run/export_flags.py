@@ -1,0 +1,52 @@
+"""absl flags of bin/export.py, and the `Runner.export` arguments they
+mean."""
+
+from absl import flags
+
+from tf_transformer.run import translator_flags
+
+# Flags that are `Runner.export` arguments of the same name.
+EXPORT_ARGUMENTS = ("checkpoint", "format", "max_input_tokens", "xla",
+                    "decode_parts", "quantization")
+
+
+def define_flags():
+  flags.DEFINE_string("model_dir", None, "A training run or an averaged one.")
+  flags.DEFINE_string("checkpoint", None, "A checkpoint path (default: the "
+                      "newest in --model_dir).")
+  flags.DEFINE_string("export_dir", None, "saved_models/NAME; the version "
+                      "folder is added.")
+  translator_flags.define_decoding_flags()
+  flags.DEFINE_integer("max_input_tokens", 256, "Longer inputs are cut.")
+  flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
+                    "saved_model: for TensorFlow Serving; ctranslate2: for "
+                    "the CTranslate2 engine (same weights, same search "
+                    "options).")
+  flags.DEFINE_enum("quantization", None, ["int8", "int8_float32", "int16",
+                                           "float16", "bfloat16"],
+                    "--format=ctranslate2 only: store the weights in this "
+                    "type (default float32; CTranslate2 can still quantize "
+                    "at load).")
+  flags.DEFINE_integer("decode_parts", 1, "Decode each request as this many "
+                       "length-sorted slices at once: one per core, for a "
+                       "server run with --tensorflow_intra_op_parallelism=1 "
+                       "(docs/serving.md).", lower_bound=1)
+  flags.DEFINE_bool("xla", False, "Compile the search with XLA (serve with "
+                    "--xla_cpu_compilation_enabled on CPU), one program per "
+                    "request shape: a power-of-2 batch, a multiple of 16 "
+                    "subwords (docs/serving.md).")
+  flags.mark_flags_as_required(["model_dir", "export_dir"])
+  flags.register_multi_flags_validator(
+      ["xla", "decode_parts"],
+      lambda f: not (f["xla"] and f["decode_parts"] > 1),
+      "--xla with --decode_parts > 1: XLA would compile the parts anew for "
+      "every request; choose one")
+
+
+def export_arguments(values=None) -> dict:
+  """`Runner.export` keyword arguments from the flags, the decoding
+  overrides included."""
+  values = values or flags.FLAGS
+  arguments = {name: values[name].value for name in EXPORT_ARGUMENTS}
+  arguments.update(translator_flags.decoding_overrides(values))
+  return arguments
