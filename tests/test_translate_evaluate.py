@@ -122,6 +122,10 @@ def test_usage_errors(models, tmp_path):
   fixed = run_script("translate.py", f"--model={exported}", "--beam_size=8",
                      input_text="seven\n")
   assert "fixed in an export" in fixed.stderr
+  for bad in ("--alpha=-1", "--max_length_offset=0", "--beam_size=0"):
+    refused = run_script("translate.py", f"--model_dir={model_dir}", bad,
+                         input_text="seven\n")
+    assert refused.returncode != 0 and bad.split("=")[0] in refused.stderr
   source, reference = tmp_path / "s.txt", tmp_path / "r.txt"
   source.write_text("a\nb\n")
   reference.write_text("x\n")

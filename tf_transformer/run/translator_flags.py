@@ -18,11 +18,12 @@ def define_decoding_flags():
   flags.DEFINE_enum("decoding", None, list(METHODS), "Search: beam (the "
                     "paper's, default), greedy, or sample.")
   flags.DEFINE_integer("beam_size", None, "Beam size (default: the "
-                       "config's, 4).")
+                       "config's, 4).", lower_bound=1)
   flags.DEFINE_float("alpha", None, "Length penalty alpha (default: the "
-                     "config's, 0.6).")
+                     "config's, 0.6).", lower_bound=0.0)
   flags.DEFINE_integer("max_length_offset", None, "Output tokens allowed "
-                       "beyond the input length (default: the config's, 50).")
+                       "beyond the input length (default: the config's, 50).",
+                       lower_bound=1)
   flags.DEFINE_float("temperature", None, "Sampling: softmax temperature "
                      "(default 1).")
   flags.DEFINE_integer("top_k", None, "Sampling: draw from the k most "
