@@ -1,13 +1,13 @@
 """Decoding speed of exported SavedModels: sentences/s and output tokens/s,
 the time per output token as outputs grow, and the cost of wider beams.
 
-The model has random weights (a benchmark must not need a trained model),
-so it almost never emits EOS: every output runs to its length limit, source
-length + `max_decode_length_offset`. Choosing the sources' length and the offset
-therefore fixes the output length, and the work per output token is that of
-a trained model producing outputs of that length. Sources are sentences of
-whole-word pieces of a synthetic vocabulary of the asked size, so each word
-is one subword.
+The model has random weights (a benchmark must not need a trained model), so
+it almost never emits EOS: every output runs to its length limit, source
+length + `max_decode_length_offset`. Choosing the sources' length and the
+offset therefore fixes the output length, and the work per output token is
+that of a trained model producing outputs of that length. Sources are
+sentences of whole-word pieces of a synthetic vocabulary of the asked size,
+so each word is one subword.
 """
 
 import math
@@ -125,9 +125,9 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
 
   def translate(length):
     if length not in translators:
-      module = TranslationModule(model, vocabulary,
-                                            DecodingOptions(
-          beam_size=beam_size, max_decode_length_offset=length - (words + 1)))
+      module = TranslationModule(model, vocabulary, DecodingOptions(
+          beam_size=beam_size,
+          max_decode_length_offset=length - (words + 1)))
       translators[length] = lambda: module.serve(batch)["translation"].numpy()
       translators[length]()  # tracing, not timed
     start = time.perf_counter()

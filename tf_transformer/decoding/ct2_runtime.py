@@ -109,9 +109,10 @@ class CT2Decoder:
       row_texts, row_scores = [], []
       for hypothesis, score in zip(result.hypotheses, result.scores):
         length = len(hypothesis) + 1  # and the EOS
-        log_prob = score * length ** self.options.length_penalty_alpha
+        alpha = self.options.length_penalty_alpha
+        log_prob = score * length ** alpha
         row_texts.append(self.processor.decode(hypothesis).encode("utf-8"))
-        row_scores.append(log_prob / gnmt_penalty(length, self.options.length_penalty_alpha))
+        row_scores.append(log_prob / gnmt_penalty(length, alpha))
       order = np.argsort(row_scores)[::-1]
       translations.append([row_texts[i] for i in order][:n])
       scores.append([row_scores[i] for i in order][:n])

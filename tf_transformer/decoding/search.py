@@ -86,20 +86,20 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None):
   a static shape for XLA; the ids then have `max_length` columns."""
   if options.method == "beam":
     return model_beam_search(model, source_ids, options.beam_size,
-                             options.length_penalty_alpha, options.max_decode_length_offset,
-                             max_length)
+                             options.length_penalty_alpha,
+                             options.max_decode_length_offset, max_length)
   n = options.nbest
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
-    ids, log_probs = greedy_search(model, source_ids,
-                                   options.max_decode_length_offset, max_length)
+    ids, log_probs = greedy_search(
+        model, source_ids, options.max_decode_length_offset, max_length)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
         options.max_decode_length_offset, options.seed, max_length)
   lengths = _lengths(ids)
-  scores = tf.reshape(log_probs / length_penalty(lengths, options.length_penalty_alpha),
-                      [batch, n])
+  penalty = length_penalty(lengths, options.length_penalty_alpha)
+  scores = tf.reshape(log_probs / penalty, [batch, n])
   ids = tf.reshape(ids, [batch, n, -1])
   scores, order = tf.math.top_k(scores, k=n)
   return tf.gather(ids, order, batch_dims=1), scores
@@ -132,7 +132,8 @@ def decode_in_buckets(compiled_decode, source_ids, options=DecodingOptions(),
   ids, scores = compiled_decode(padded)
   lengths = _lengths(source_ids)
   # (an empty batch's maximum is the lowest int32: its limit is 1)
-  limit = tf.maximum(tf.reduce_max(lengths) + options.max_decode_length_offset, 1)
+  limit = tf.maximum(
+      tf.reduce_max(lengths) + options.max_decode_length_offset, 1)
   return ids[:batch, :, :limit], scores[:batch]
 
 

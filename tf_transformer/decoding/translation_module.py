@@ -23,8 +23,8 @@ Functions (each a `tf.function` with an input signature):
 
 Every request gets a defined answer: invalid UTF-8 bytes are replaced with
 U+FFFD, inputs are cut to `max_input_tokens` subwords, outputs to source
-length + `max_decode_length_offset`, and an empty batch gives empty outputs. An
-input of another rank (a scalar, a [2, 2] matrix) is refused with
+length + `max_decode_length_offset`, and an empty batch gives empty
+outputs. An input of another rank (a scalar, a [2, 2] matrix) is refused with
 InvalidArgumentError "Shape of tensor text [2,2] is not compatible with
 expected shape [?]": the declared [None] alone is not checked when a loaded
 signature or TF Serving feeds it, and the batch would be flattened.
