@@ -13,6 +13,7 @@ from tf_transformer import build_model, get_config
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import DecodingOptions, decode
+from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
@@ -135,3 +136,22 @@ def test_an_empty_batch_gives_empty_nbest_lists(model, method):
     ids, scores = run(model, empty, options)
     assert ids.shape[:2] == (0, options.nbest)
     assert scores.shape == (0, options.nbest)
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy", "sample"])
+def test_a_stored_output_transpose_decodes_the_same(model, method):
+  """The export multiplies each step by a stored transpose of the output
+  embedding instead of the embedding with transpose_b: same outputs, scores
+  equal to float32 rounding, in graph mode and for split batches."""
+  options = DecodingOptions(method=method, num_samples=2, seed=3,
+                            max_decode_length_offset=6)
+  kernel = tf.Variable(model.output_embedding.transposed())
+  assert kernel.shape == (model.config.model.d_model,
+                          model.config.model.vocab_size)
+  plain = tf.function(lambda s: decode_in_parts(model, s, options, 2))
+  stored = tf.function(
+      lambda s: decode_in_parts(model, s, options, 2, kernel))
+  plain_ids, plain_scores = plain(SOURCES)
+  ids, scores = stored(SOURCES)
+  np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
+  np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-5)

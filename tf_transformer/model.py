@@ -116,13 +116,15 @@ class Transformer(keras.Model):
     return self.decoder.initial_cache(memory, max_length, group_size)
 
   def decode(self, target_input_ids, memory, source_mask, cache=None,
-             step=None, training=None, return_attention_scores=False):
+             step=None, training=None, return_attention_scores=False,
+             output_kernel=None):
     """Logits [batch, target_length, vocab_size] for the decoder input.
 
     With `cache` and `step`, `target_input_ids` is [batch * group_size, 1]
     (the token at position `step`), `source_mask` stays [batch,
     source_length] and the result is (logits, new_cache); the step consumes
-    `cache`.
+    `cache`. `output_kernel`: the output embedding's `transposed()`, kept
+    by a caller that decodes many steps.
     """
     x = self._embed(self.target_embedding, self.target_positions,
                     self.target_dropout, target_input_ids,
@@ -134,7 +136,7 @@ class Transformer(keras.Model):
                            return_attention_scores=return_attention_scores)
     if not isinstance(outputs, tuple):
       outputs = (outputs,)
-    logits = self.output_embedding.logits(outputs[0])
+    logits = self.output_embedding.logits(outputs[0], output_kernel)
     outputs = (logits,) + outputs[1:]
     return outputs[0] if len(outputs) == 1 else outputs
 

@@ -17,20 +17,23 @@ def _never_output_mask(vocab_size):
                                   off_value=False), axis=0)
 
 
-def greedy_search(model, source_ids, max_length_offset=50, max_length=None):
+def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
+                  output_kernel=None):
   """Returns (ids [batch, length] ending with EOS or cut at the limit, then
   PAD; scores [batch], the log-probability of each output). `max_length`
   (at least every limit) fixes the buffers' length, a static shape for
-  XLA; the ids then have `max_length` columns."""
+  XLA; the ids then have `max_length` columns. `output_kernel`: see
+  `Transformer.decode`."""
   def most_likely(log_probs, step):
     del step
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
   return left_to_right(model, source_ids, most_likely, max_length_offset,
-                       max_length)
+                       max_length, output_kernel)
 
 
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
-                  max_length_offset=50, seed=None, max_length=None):
+                  max_length_offset=50, seed=None, max_length=None,
+                  output_kernel=None):
   """Like `greedy_search`, drawing each token at random. `seed` (an int)
   makes the draws reproducible (stateless random ops); without it each call
   draws anew."""
@@ -52,11 +55,11 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
           dtype=tf.int32)
     return drawn[:, 0]
   return left_to_right(model, source_ids, draw, max_length_offset,
-                       max_length)
+                       max_length, output_kernel)
 
 
 def left_to_right(model, source_ids, pick, max_length_offset=50,
-                  max_length=None):
+                  max_length=None, output_kernel=None):
   """The loop both share: `pick(log_probs [batch, vocab], step) -> [batch]`
   chooses each next token."""
   fixed_length = max_length is not None
@@ -82,7 +85,7 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   step = tf.constant(0)
   while step < max_length and not tf.reduce_all(finished):
     logits, cache = model.decode(token, None, source_mask, cache=cache,
-                                 step=step)
+                                 step=step, output_kernel=output_kernel)
     log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
     # special_ids.NEVER_OUTPUT: never an output.
     allowed = tf.where(_never_output_mask(tf.shape(log_probs)[-1]),

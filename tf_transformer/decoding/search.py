@@ -79,24 +79,30 @@ class DecodingOptions(DecodingConfig):
             "sample": self.num_samples}[self.method]
 
 
-def decode(model, source_ids, options=DecodingOptions(), max_length=None):
+def decode(model, source_ids, options=DecodingOptions(), max_length=None,
+           output_kernel=None):
   """(ids [batch, nbest, length], scores [batch, nbest]), best first, for
   `source_ids` [batch, source_length] (EOS-terminated, PAD-padded).
   `max_length` (at least every sentence's limit) fixes the buffers' length,
-  a static shape for XLA; the ids then have `max_length` columns."""
+  a static shape for XLA; the ids then have `max_length` columns.
+  `output_kernel`: the output embedding's stored transpose, for the logits
+  of every step (`Transformer.decode`)."""
   if options.method == "beam":
     return model_beam_search(model, source_ids, options.beam_size,
                              options.length_penalty_alpha,
-                             options.max_decode_length_offset, max_length)
+                             options.max_decode_length_offset, max_length,
+                             output_kernel)
   n = options.nbest
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
     ids, log_probs = greedy_search(
-        model, source_ids, options.max_decode_length_offset, max_length)
+        model, source_ids, options.max_decode_length_offset, max_length,
+        output_kernel)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
-        options.max_decode_length_offset, options.seed, max_length)
+        options.max_decode_length_offset, options.seed, max_length,
+        output_kernel)
   lengths = _lengths(ids)
   penalty = length_penalty(lengths, options.length_penalty_alpha)
   scores = tf.reshape(log_probs / penalty, [batch, n])
@@ -105,12 +111,13 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None):
   return tf.gather(ids, order, batch_dims=1), scores
 
 
-def fixed_shape_decode(model, source_ids, options=DecodingOptions()):
+def fixed_shape_decode(model, source_ids, options=DecodingOptions(),
+                       output_kernel=None):
   """`decode` with every buffer sized by `source_ids`' shape alone (its
   length + the offset), never by its values: compiled with XLA, one program
   serves every batch of that shape. The ids have that many columns."""
   max_length = tf.shape(source_ids)[1] + options.max_decode_length_offset
-  return decode(model, source_ids, options, max_length=max_length)
+  return decode(model, source_ids, options, max_length, output_kernel)
 
 
 def decode_in_buckets(compiled_decode, source_ids, options=DecodingOptions(),
@@ -152,7 +159,8 @@ def _next_power_of_2(n):
   return n + 1
 
 
-def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2):
+def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
+                    output_kernel=None):
   """`decode`, with the batch sorted by source length and cut into `parts`
   slices decoded by independent loops, which TensorFlow's executor runs at
   the same time on its inter-op threads; the results come back in the
@@ -161,7 +169,7 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2):
   cores: with --tensorflow_intra_op_parallelism=1 and one inter-op thread a
   part, 2 parts decode Multi30k 1.3x faster on 2 cores than 1."""
   if parts == 1:
-    return decode(model, source_ids, options)
+    return decode(model, source_ids, options, output_kernel=output_kernel)
   lengths = _lengths(source_ids)
   order = tf.argsort(lengths, stable=True)
   ordered = tf.gather(source_ids, order)
@@ -175,7 +183,8 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2):
     # A batch smaller than `parts` leaves parts empty: no search for them.
     results.append(tf.cond(
         tf.size(part_ids) > 0,
-        lambda part_ids=part_ids: decode(model, part_ids, options),
+        lambda part_ids=part_ids: decode(model, part_ids, options,
+                                         output_kernel=output_kernel),
         lambda: (tf.zeros([0, options.nbest, 1], tf.int32),
                  tf.zeros([0, options.nbest]))))
   longest = tf.reduce_max([tf.shape(ids)[2] for ids, _ in results])
@@ -187,7 +196,8 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2):
 
 
 def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
-                      max_length_offset=50, max_length=None):
+                      max_length_offset=50, max_length=None,
+                      output_kernel=None):
   """(ids [batch, beam, length], scores [batch, beam]) for `source_ids`
   [batch, source_length] (EOS-terminated, PAD-padded). Each output has at
   most its source length + `max_length_offset` tokens; `max_length` fixes
@@ -208,7 +218,8 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
 
   def symbols_to_logits(ids, step, cache):
     logits, decoder_cache = model.decode(ids, None, cache["source_mask"],
-                                         cache=cache["decoder"], step=step)
+                                         cache=cache["decoder"], step=step,
+                                         output_kernel=output_kernel)
     return logits, dict(cache, decoder=decoder_cache)
 
   def reorder_cache(cache, parents):

@@ -78,6 +78,11 @@ class TranslationModule(tf.Module):
                        "would compile anew for every request")
     self.decode_parts = decode_parts
     model.set_xla_attention(False)
+    # The pre-softmax weights as the steps multiply by them (a copy of the
+    # shared embedding's transpose, saved with the export): oneDNN's matmul
+    # is faster against it than with transpose_b (docs/performance.md).
+    self.output_kernel = tf.Variable(model.output_embedding.transposed(),
+                                     trainable=False, name="output_kernel")
     if xla:
       self._compiled = tf.function(self._fixed_shape_search, jit_compile=True)
       self._search = self._bucketed_search
@@ -86,10 +91,11 @@ class TranslationModule(tf.Module):
 
   def _search_ids(self, source_ids):
     return decode_in_parts(self.model, source_ids, self.options,
-                           self.decode_parts)
+                           self.decode_parts, self.output_kernel)
 
   def _fixed_shape_search(self, source_ids):
-    return fixed_shape_decode(self.model, source_ids, self.options)
+    return fixed_shape_decode(self.model, source_ids, self.options,
+                              self.output_kernel)
 
   def _bucketed_search(self, source_ids):
     return decode_in_buckets(self._compiled, source_ids, self.options)
