@@ -33,10 +33,6 @@ from tf_transformer.training import trainer as trainer_lib
 
 FLAGS = flags.FLAGS
 train_flags.define_flags()
-# The exit status of each error (the table above), the first that matches.
-EXIT_STATUS = {DataError: 2, trainer_lib.NonFiniteLossError: 3,
-               run_lock.RunLockedError: 4, ValueError: 1,
-               FileNotFoundError: 1}
 
 
 def main(argv):
@@ -54,10 +50,14 @@ def main(argv):
     stop.install()  # again: MultiWorker's coordination agent took SIGTERM
     result = Runner(FLAGS.model_dir).train(
         config, spec, strategy, stop, **train_flags.train_arguments())
-  except tuple(EXIT_STATUS) as e:
-    status = next(EXIT_STATUS[kind] for kind in EXIT_STATUS
-                  if isinstance(e, kind))
-    return _fail(f"{'' if status == 3 else 'error: '}{e}", status)
+  except DataError as e:
+    return _fail(f"error: {e}", 2)
+  except (ValueError, FileNotFoundError) as e:
+    return _fail(f"error: {e}", 1)
+  except trainer_lib.NonFiniteLossError as e:
+    return _fail(str(e), 3)
+  except run_lock.RunLockedError as e:
+    return _fail(f"error: {e}", 4)
   except KeyboardInterrupt:
     return _fail("stopped at once by a second Ctrl-C, unsaved; the same "
                  "command resumes from the last checkpoint", 130)
