@@ -40,24 +40,34 @@ def _both(model_dir, tmp_path, options):
 
 
 def _compare(ours, ct2, texts, batch_size=32):
-  same, score_gaps = 0, []
+  """(the share of texts whose best translation is the same, the largest
+  score gap among those, and the text that gave it)."""
+  same, worst = 0, (0.0, None)
   for start in range(0, len(texts), batch_size):
     batch = list(texts[start:start + batch_size])
     our_texts, our_scores = ours(batch)
     ct2_texts, ct2_scores = ct2.nbest(batch)
-    for a, b, sa, sb in zip(our_texts, ct2_texts, our_scores, ct2_scores):
+    for text, a, b, sa, sb in zip(batch, our_texts, ct2_texts, our_scores,
+                                  ct2_scores):
       if a[0] == b[0]:
         same += 1
-        score_gaps.append(abs(sa[0] - sb[0]))
-  return same / len(texts), max(score_gaps)
+        worst = max(worst, (abs(sa[0] - sb[0]), text))
+  return same / len(texts), worst
 
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_outputs_and_scores_equal_ours(trained, tmp_path, method):
+  """Both engines search the same space, so a shared best translation has
+  the same score. The two agree per token within about 1e-6 (float32 at
+  d_model 64), these sentences have at most about 20 tokens and the score is
+  divided by a length penalty >= 1: 1e-4 leaves a margin of 5 over what
+  float32 accumulation can add up to. A difference in the search itself
+  shows above it: CTranslate2's default ban on EOS at the first step
+  renormalized that step and raised scores by 8e-4 to 3.6e-3, by host."""
   ours, ct2 = _both(trained, tmp_path, DecodingOptions(method=method))
-  agreement, score_gap = _compare(ours, ct2, SOURCES)
+  agreement, (score_gap, text) = _compare(ours, ct2, SOURCES)
   assert agreement >= 0.99
-  assert score_gap < 1e-3
+  assert score_gap < 1e-4, f"score gap {score_gap:.2e} on {text!r}"
 
 
 def _our_token_log_probs(model, processor, sources, targets):

@@ -2,9 +2,17 @@
 text -> pieces -> search -> text contract as the SavedModel's `nbest`
 signature, run by CTranslate2's C++ engine.
 
-The search follows the export's `DecodingOptions`. Two settings make
+The search follows the export's `DecodingOptions`. Three settings make
 CTranslate2's beam search return what ours returns (the same best
 hypothesis on 200 of 200 numbers-task lines, against 186 with its defaults):
+- it forbids EOS at the first step by default (`min_decoding_length=1`), by
+  masking the logit before its softmax: the first token's log-probability is
+  then renormalized over the rest of the vocabulary, so every score came out
+  higher than ours by -log(1 - P(EOS at step 0)) / the length penalty, and an
+  empty translation, which ours may return, could not be found. The gap
+  follows the model (8e-4 on one host's test model, 3.6e-3 on another's):
+  so `min_decoding_length=0`, the same search space and the model's own
+  log-probabilities;
 - it normalizes a hypothesis' log-probability by |Y|^alpha, ours (GNMT's)
   by ((5 + |Y|) / 6)^alpha: the hypotheses it returns are re-ranked by ours,
   and their scores converted, log P(Y|X) / ((5 + |Y|) / 6)^alpha with |Y|
@@ -81,6 +89,7 @@ class CT2Decoder:
     o = self.options
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
                   max_input_length=0, length_penalty=o.length_penalty_alpha,
+                  min_decoding_length=0,  # see the module docstring
                   # Our limit is per sentence (source + EOS + offset, EOS
                   # included); CTranslate2's is per batch and excludes EOS.
                   max_decoding_length=max(
