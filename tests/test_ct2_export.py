@@ -14,10 +14,9 @@ from tf_transformer.decoding.ct2_runtime import CT2Decoder
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.serving import ct2_export
 from tf_transformer.decoding.translation_module import TranslationModule
-from tf_transformer.special_ids import BOS_ID, EOS_ID
 from tf_transformer.run import run_dir
 from conftest import run_script
-from training_helpers import vocabulary
+from training_helpers import token_log_probs, vocabulary
 
 SOURCES, REFERENCES = zip(*numbers.generate({"test": 200}, seed=7)["test"])
 
@@ -70,26 +69,12 @@ def test_outputs_and_scores_equal_ours(trained, tmp_path, method):
   assert score_gap < 1e-4, f"score gap {score_gap:.2e} on {text!r}"
 
 
-def _our_token_log_probs(model, processor, sources, targets):
-  """log P(y_t | y_<t, X) of each target piece and EOS, teacher forced
-  through the Keras model."""
-  encode = lambda texts: [ids + [EOS_ID] for ids in processor.encode(texts)]
-  source = tf.ragged.constant(encode(list(sources))).to_tensor()
-  target = encode(list(targets))
-  target_out = tf.ragged.constant(target).to_tensor()
-  target_in = tf.ragged.constant([[BOS_ID] + t[:-1] for t in target]
-                                 ).to_tensor()
-  log_probs = tf.nn.log_softmax(model((source, target_in)))
-  picked = tf.gather(log_probs, target_out, batch_dims=2).numpy()
-  return [row[:len(t)] for row, t in zip(picked, target)]
-
-
 def _max_token_gap(model, vocab, tmp_path, sources, targets):
   path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
                            DecodingOptions())
   theirs = CT2Decoder(path).token_log_probs(sources, targets)
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
-  ours = _our_token_log_probs(model, processor, sources, targets)
+  ours = token_log_probs(model, processor, sources, targets)
   assert [len(t) for t in theirs] == [len(o) for o in ours]
   return max(np.max(np.abs(np.array(t) - o)) for t, o in zip(theirs, ours))
 

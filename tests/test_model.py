@@ -9,6 +9,7 @@ import tensorflow as tf
 from tf_transformer import Transformer, build_model, get_config
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training.loss import LabelSmoothedCrossEntropy
+from training_helpers import copy_task
 
 SOURCE = tf.constant([[5, 6, 7, 8, 9, EOS_ID, PAD_ID],
                       [10, 11, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]])
@@ -98,21 +99,11 @@ def test_xla_attention_switch_keeps_the_outputs():
   np.testing.assert_allclose(model((SOURCE, TARGET_IN)), compiled, atol=1e-5)
 
 
-def _copy_task(examples=256, length=6, vocab=20, seed=0):
-  rng = np.random.default_rng(seed)
-  source = rng.integers(4, vocab, size=(examples, length)).astype(np.int32)
-  target_in = np.concatenate([np.full((examples, 1), BOS_ID), source], 1)
-  target_out = np.concatenate([source, np.full((examples, 1), EOS_ID)], 1)
-  return tf.data.Dataset.from_tensor_slices(
-      ((source, target_in.astype(np.int32)),
-       target_out.astype(np.int32))).batch(32)
-
-
 def test_trains_under_model_fit():
   model = Transformer(get_config("tiny", "vocab_size=20,num_layers=1"))
   model.compile(optimizer=keras.optimizers.Adam(3e-3),
                 loss=LabelSmoothedCrossEntropy(0.1))
-  history = model.fit(_copy_task(), epochs=10, verbose=0)
+  history = model.fit(copy_task(), epochs=10, verbose=0)
   losses = history.history["loss"]
   assert losses[-1] < 0.7 * losses[0], losses
   assert all(b < a for a, b in zip(losses, losses[1:])), losses

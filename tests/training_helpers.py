@@ -86,3 +86,29 @@ def write_run_and_export(tmp_path_factory, max_length_offset):
                       f"--max_length_offset={max_length_offset}")
   assert result.returncode == 0, result.stderr[-2000:]
   return model_dir, export_dir / "1"
+
+
+def copy_task(examples=256, length=6, vocab=20, seed=0):
+  """((source, target input), target output) batches of a task whose target
+  is its source, for `model.fit`."""
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, vocab, size=(examples, length)).astype(np.int32)
+  target_in = np.concatenate([np.full((examples, 1), BOS_ID), source], 1)
+  target_out = np.concatenate([source, np.full((examples, 1), EOS_ID)], 1)
+  return tf.data.Dataset.from_tensor_slices(
+      ((source, target_in.astype(np.int32)),
+       target_out.astype(np.int32))).batch(32)
+
+
+def token_log_probs(model, processor, sources, targets):
+  """log P(y_t | y_<t, X) of each target piece and EOS, teacher forced
+  through the Keras model: one array per sentence."""
+  encode = lambda texts: [ids + [EOS_ID] for ids in processor.encode(texts)]
+  source = tf.ragged.constant(encode(list(sources))).to_tensor()
+  target = encode(list(targets))
+  target_out = tf.ragged.constant(target).to_tensor()
+  target_in = tf.ragged.constant([[BOS_ID] + t[:-1] for t in target]
+                                 ).to_tensor()
+  log_probs = tf.nn.log_softmax(model((source, target_in)))
+  picked = tf.gather(log_probs, target_out, batch_dims=2).numpy()
+  return [row[:len(t)] for row, t in zip(picked, target)]
