@@ -1,22 +1,26 @@
 """The public layers compose into other Keras models: the README's sentence
-classifier, built with the functional API, trains and round-trips."""
+classifier, built with the functional API, trains and round-trips, in
+float32 and with every layer under the mixed_bfloat16 policy."""
 
 import keras
 import numpy as np
+import pytest
 
 from tf_transformer import layers
 
 
-def sentence_classifier(vocab_size=50, d_model=32, num_classes=2):
+def sentence_classifier(policy="float32", vocab_size=50, d_model=32,
+                        num_classes=2):
   """The example of README.md, "Reuse the layers in Keras"."""
   ids = keras.Input(shape=(None,), dtype="int32", name="ids")
   padding_mask = keras.ops.not_equal(ids, 0)  # True at real tokens
-  x = layers.SharedEmbedding(vocab_size, d_model)(ids)
-  x = layers.SinusoidalPositionalEncoding()(x)
-  x = layers.Encoder(num_layers=2, num_heads=4, d_ff=64)(x, padding_mask)
+  x = layers.SharedEmbedding(vocab_size, d_model, dtype=policy)(ids)
+  x = layers.SinusoidalPositionalEncoding(dtype=policy)(x)
+  x = layers.Encoder(num_layers=2, num_heads=4, d_ff=64,
+                     dtype=policy)(x, padding_mask)
   weights = keras.ops.expand_dims(keras.ops.cast(padding_mask, x.dtype), -1)
   pooled = keras.ops.sum(x * weights, 1) / keras.ops.sum(weights, 1)
-  logits = keras.layers.Dense(num_classes)(pooled)
+  logits = keras.layers.Dense(num_classes, dtype=policy)(pooled)
   return keras.Model(ids, logits)
 
 
@@ -33,8 +37,11 @@ def _data(n=512, length=8, seed=0):
   return ids.astype(np.int32), labels.astype(np.int32)
 
 
-def test_sentence_classifier_from_encoder_layers(tmp_path):
-  model = sentence_classifier()
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_sentence_classifier_from_encoder_layers(tmp_path, policy):
+  model = sentence_classifier(policy)
+  assert model.layers[-1].compute_dtype == keras.DTypePolicy(
+      policy).compute_dtype
   model.compile(optimizer=keras.optimizers.Adam(3e-3),
                 loss=keras.losses.SparseCategoricalCrossentropy(
                     from_logits=True), metrics=["accuracy"])

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import masks
 from tf_transformer.layers import shapes
+from tf_transformer.layers.policy import PolicyLayer
 
 
 def scaled_dot_product_attention(query, key, value, mask=None):
@@ -48,7 +49,7 @@ _XLA = {
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class ScaledDotProductAttention(keras.layers.Layer):
+class ScaledDotProductAttention(PolicyLayer):
   """Eq. 1 as a layer, with optional dropout on the attention weights.
 
   Call with (query, key, value, attention_mask) shaped as in
@@ -60,7 +61,14 @@ class ScaledDotProductAttention(keras.layers.Layer):
     super().__init__(**kwargs)
     self.dropout_rate = dropout_rate
     self.xla_attention = xla_attention
-    self.dropout = keras.layers.Dropout(dropout_rate)
+    self.dropout = keras.layers.Dropout(dropout_rate,
+                                        dtype=self.dtype_policy)
+
+  def build(self, query_shape, key_shape=None, value_shape=None,
+            attention_mask_shape=None):
+    """No weights: the shapes are those of the call's arguments, as Keras 3
+    names them."""
+    self.dropout.build(query_shape)
 
   def _core(self, fn):
     return _XLA[fn] if self.xla_attention else fn
@@ -79,7 +87,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(PolicyLayer):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
 
   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), with d_k and d_v per head
@@ -113,12 +121,15 @@ class MultiHeadAttention(keras.layers.Layer):
     self.d_k = d_k
     self.d_v = d_v or d_k
     self.attention_dropout_rate = attention_dropout_rate
-    self.query_dense = keras.layers.Dense(num_heads * d_k, name="query")
-    self.key_dense = keras.layers.Dense(num_heads * d_k, name="key")
-    self.value_dense = keras.layers.Dense(num_heads * self.d_v, name="value")
+    dense = lambda units, name: keras.layers.Dense(units, name=name,
+                                                   dtype=self.dtype_policy)
+    self.query_dense = dense(num_heads * d_k, "query")
+    self.key_dense = dense(num_heads * d_k, "key")
+    self.value_dense = dense(num_heads * self.d_v, "value")
     self.output_dense = None  # W^O: needs d_model, known in build()
     self.attention = ScaledDotProductAttention(
-        attention_dropout_rate, xla_attention, name="attention")
+        attention_dropout_rate, xla_attention, name="attention",
+        dtype=self.dtype_policy)
 
   @property
   def xla_attention(self):
@@ -128,14 +139,20 @@ class MultiHeadAttention(keras.layers.Layer):
   def xla_attention(self, enabled):
     self.attention.xla_attention = enabled
 
-  def build(self, query_shape, value_shape=None):
+  def build(self, query_shape, value_shape=None, attention_mask_shape=None,
+            key_value_shape=None, cache_shape=None, step_shape=None):
+    """Weights from the shapes of the call's arguments, named as Keras 3
+    names them; only `query_shape` and `value_shape` (self-attention when
+    None) decide any."""
     d_model = query_shape[-1]
     value_shape = value_shape or query_shape
     self.query_dense.build(query_shape)
     self.key_dense.build(value_shape)
     self.value_dense.build(value_shape)
-    self.output_dense = keras.layers.Dense(d_model, name="output")
+    self.output_dense = keras.layers.Dense(d_model, name="output",
+                                           dtype=self.dtype_policy)
     self.output_dense.build((None, None, self.num_heads * self.d_v))
+    self.attention.build(query_shape)
 
   def _split_heads(self, x, depth):
     """[batch, length, heads * depth] -> [batch, heads, length, depth]."""

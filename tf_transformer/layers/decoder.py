@@ -43,7 +43,11 @@ class DecoderLayer(_TransformerBlock):
   appends a dict with the "self" and "cross" attention weights.
   """
 
-  def build(self, x_shape, memory_shape=None):
+  def build(self, x_shape, memory_shape=None, self_attention_mask_shape=None,
+            cross_attention_mask_shape=None, cache_shape=None,
+            step_shape=None):
+    """Weights from the shapes of the call's arguments, named as Keras 3
+    names them; only `x_shape` and `memory_shape` decide any."""
     input_shape, memory_shape = x_shape, memory_shape or x_shape
     self.self_attention = self._attention(input_shape[-1], "self_attention")
     self.self_attention.build(input_shape)
@@ -124,7 +128,9 @@ class Decoder(_TransformerStack):
   layer_class = DecoderLayer
   decoder_layers = _TransformerStack.stack_layers
 
-  def build(self, x_shape, memory_shape=None):
+  def build(self, x_shape, memory_shape=None, target_padding_mask_shape=None,
+            memory_padding_mask_shape=None, cache_shape=None,
+            step_shape=None):
     for layer in self.decoder_layers:
       layer.build(x_shape, memory_shape)
     if self.final_norm is not None:

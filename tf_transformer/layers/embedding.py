@@ -12,9 +12,11 @@ import math
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers.policy import PolicyLayer
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class SharedEmbedding(keras.layers.Layer):
+class SharedEmbedding(PolicyLayer):
   """Token embedding whose transpose is also the output projection (3.4).
 
   `call(ids)` -> [..., d_model] embeddings times sqrt(d_model);
@@ -27,7 +29,7 @@ class SharedEmbedding(keras.layers.Layer):
     self.d_model = d_model
     self.scale = scale
 
-  def build(self, input_shape=None):
+  def build(self, ids_shape=None):
     # N(0, d_model^-0.5): after the sqrt(d_model) scaling, lookups have unit
     # variance, like the positional encodings they are added to.
     self.embeddings = self.add_weight(
@@ -82,7 +84,7 @@ def sinusoid_table(positions, d_model, dtype=tf.float32):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class SinusoidalPositionalEncoding(keras.layers.Layer):
+class SinusoidalPositionalEncoding(PolicyLayer):
   """Adds the fixed sinusoidal encoding of section 3.5 (no weights, any length).
 
   `call(x, start=0)`: x is [batch, length, d_model]; returns x + PE[start:start+length].
@@ -94,7 +96,7 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class LearnedPositionalEmbedding(keras.layers.Layer):
+class LearnedPositionalEmbedding(PolicyLayer):
   """Adds a learned position embedding (Table 3 row E), up to `max_length`.
 
   `call(x, start=0)`: x is [batch, length, d_model]; returns x + P[start:start+length].
@@ -104,10 +106,11 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
     super().__init__(**kwargs)
     self.max_length = max_length
 
-  def build(self, input_shape):
+  def build(self, inputs_shape, start_shape=None):
+    d_model = inputs_shape[-1]
     self.position_embeddings = self.add_weight(
-        name="position_embeddings", shape=(self.max_length, input_shape[-1]),
-        initializer=keras.initializers.RandomNormal(stddev=input_shape[-1]**-0.5))
+        name="position_embeddings", shape=(self.max_length, d_model),
+        initializer=keras.initializers.RandomNormal(stddev=d_model**-0.5))
 
   def call(self, inputs, start=0):
     positions = start + tf.range(tf.shape(inputs)[1])
@@ -122,11 +125,12 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
     return {**super().get_config(), "max_length": self.max_length}
 
 
-def positional_encoding(kind, max_length, name="positional_encoding"):
+def positional_encoding(kind, max_length, name="positional_encoding",
+                        dtype=None):
   """The positional layer of a config: "sinusoidal" or "learned"."""
   if kind == "sinusoidal":
-    return SinusoidalPositionalEncoding(name=name)
+    return SinusoidalPositionalEncoding(name=name, dtype=dtype)
   if kind == "learned":
-    return LearnedPositionalEmbedding(max_length, name=name)
+    return LearnedPositionalEmbedding(max_length, name=name, dtype=dtype)
   raise ValueError(f"positional_encoding={kind!r}: expected 'sinusoidal' or "
                    "'learned'")

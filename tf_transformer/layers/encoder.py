@@ -11,6 +11,7 @@ import keras
 from tf_transformer.layers import masks
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+from tf_transformer.layers.policy import PolicyLayer
 from tf_transformer.layers.residual import ResidualNorm
 
 
@@ -26,7 +27,7 @@ def sublayer_arguments(num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
               xla_attention=xla_attention)
 
 
-class _TransformerBlock(keras.layers.Layer):
+class _TransformerBlock(PolicyLayer):
   """What encoder and decoder layers share: arguments, attention, residuals."""
 
   def __init__(self, num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
@@ -36,19 +37,21 @@ class _TransformerBlock(keras.layers.Layer):
     self.arguments = sublayer_arguments(
         num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
         norm_position, layer_norm_epsilon, xla_attention)
-    self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward")
+    self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward",
+                                                dtype=self.dtype_policy)
 
   def _attention(self, d_model, name):
     d_k = self.arguments["d_k"] or d_model // self.arguments["num_heads"]
     return MultiHeadAttention(
         self.arguments["num_heads"], d_k, self.arguments["d_v"] or d_k,
         self.arguments["attention_dropout_rate"],
-        self.arguments["xla_attention"], name=name)
+        self.arguments["xla_attention"], name=name, dtype=self.dtype_policy)
 
   def _residual(self, name):
     return ResidualNorm(self.arguments["dropout_rate"],
                         self.arguments["norm_position"],
-                        self.arguments["layer_norm_epsilon"], name=name)
+                        self.arguments["layer_norm_epsilon"], name=name,
+                        dtype=self.dtype_policy)
 
   def get_config(self):
     return {**super().get_config(), **self.arguments}
@@ -63,14 +66,14 @@ class EncoderLayer(_TransformerBlock):
   [batch, heads, length, length].
   """
 
-  def build(self, input_shape):
-    self.self_attention = self._attention(input_shape[-1], "self_attention")
-    self.self_attention.build(input_shape)
+  def build(self, x_shape, padding_mask_shape=None):
+    self.self_attention = self._attention(x_shape[-1], "self_attention")
+    self.self_attention.build(x_shape)
     self.attention_residual = self._residual("self_attention_residual")
-    self.attention_residual.build(input_shape)
-    self.feed_forward.build(input_shape)
+    self.attention_residual.build(x_shape)
+    self.feed_forward.build(x_shape)
     self.feed_forward_residual = self._residual("feed_forward_residual")
-    self.feed_forward_residual.build(input_shape)
+    self.feed_forward_residual.build(x_shape)
 
   def call(self, x, padding_mask=None, training=None,
            return_attention_scores=False):
@@ -84,7 +87,7 @@ class EncoderLayer(_TransformerBlock):
     return (x, weights) if return_attention_scores else x
 
 
-class _TransformerStack(keras.layers.Layer):
+class _TransformerStack(PolicyLayer):
   """What the encoder and decoder stacks share: `num_layers` identical
   layers of `layer_class`, closed by a LayerNorm when pre-norm."""
 
@@ -103,10 +106,11 @@ class _TransformerStack(keras.layers.Layer):
     # kept in a list attribute of a Keras 3 layer.
     for i in range(num_layers):
       setattr(self, f"layer_{i}",
-              self.layer_class(**self.arguments, name=f"layer_{i}"))
+              self.layer_class(**self.arguments, name=f"layer_{i}",
+                               dtype=self.dtype_policy))
     self.final_norm = (keras.layers.LayerNormalization(
-        epsilon=layer_norm_epsilon, name="final_norm")
-                       if norm_position == "pre" else None)
+        epsilon=layer_norm_epsilon, name="final_norm",
+        dtype=self.dtype_policy) if norm_position == "pre" else None)
 
   @property
   def stack_layers(self):
@@ -130,11 +134,11 @@ class Encoder(_TransformerStack):
   layer_class = EncoderLayer
   encoder_layers = _TransformerStack.stack_layers
 
-  def build(self, input_shape):
+  def build(self, x_shape, padding_mask_shape=None):
     for layer in self.encoder_layers:
-      layer.build(input_shape)
+      layer.build(x_shape)
     if self.final_norm is not None:
-      self.final_norm.build(input_shape)
+      self.final_norm.build(x_shape)
 
   def call(self, x, padding_mask=None, training=None,
            return_attention_scores=False):

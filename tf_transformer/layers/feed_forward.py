@@ -2,9 +2,11 @@
 
 import keras
 
+from tf_transformer.layers.policy import PolicyLayer
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class PositionwiseFeedForward(keras.layers.Layer):
+class PositionwiseFeedForward(PolicyLayer):
   """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
 
   The inner layer has `d_ff` units; the output has the input's d_model.
@@ -13,13 +15,15 @@ class PositionwiseFeedForward(keras.layers.Layer):
   def __init__(self, d_ff, **kwargs):
     super().__init__(**kwargs)
     self.d_ff = d_ff
-    self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner")
+    self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner",
+                                    dtype=self.dtype_policy)
     self.outer = None
 
-  def build(self, input_shape):
-    self.inner.build(input_shape)
-    self.outer = keras.layers.Dense(input_shape[-1], name="outer")
-    self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
+  def build(self, x_shape):
+    self.inner.build(x_shape)
+    self.outer = keras.layers.Dense(x_shape[-1], name="outer",
+                                    dtype=self.dtype_policy)
+    self.outer.build(tuple(x_shape[:-1]) + (self.d_ff,))
 
   def call(self, x):
     return self.outer(self.inner(x))

@@ -7,9 +7,11 @@ ends with one more LayerNorm.
 
 import keras
 
+from tf_transformer.layers.policy import PolicyLayer
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class ResidualNorm(keras.layers.Layer):
+class ResidualNorm(PolicyLayer):
   """Wraps one sub-layer: `y = sublayer(block.normalize_input(x))`, then
   `block(x, y)` adds the residual and normalizes per `norm_position`."""
 
@@ -22,9 +24,11 @@ class ResidualNorm(keras.layers.Layer):
     self.dropout_rate = dropout_rate
     self.norm_position = norm_position
     self.layer_norm_epsilon = layer_norm_epsilon
-    self.dropout = keras.layers.Dropout(dropout_rate)
+    self.dropout = keras.layers.Dropout(dropout_rate,
+                                        dtype=self.dtype_policy)
     self.layer_norm = keras.layers.LayerNormalization(
-        epsilon=layer_norm_epsilon, name="layer_norm")
+        epsilon=layer_norm_epsilon, name="layer_norm",
+        dtype=self.dtype_policy)
 
   def build(self, x_shape, sublayer_output_shape=None):
     self.layer_norm.build(x_shape)

@@ -1,0 +1,222 @@
+"""Every public layer follows Keras 3's layer conventions, checked the way
+keras-hub's generic layer test (`TestCase.run_layer_test`) checks its own:
+
+- `get_config` and `keras.saving` round trips give the same config;
+- `build(**{argument + "_shape": shape})`, with the shapes of the call's
+  tensor arguments named as Keras 3 names them, creates the same weights as
+  building by a call;
+- a symbolic call (`KerasTensor`s) gives the eager call's shapes and dtypes;
+- a `model.fit` step compiled with XLA runs;
+- under "mixed_float16", "mixed_bfloat16" and "bfloat16" given as the
+  layer's own `dtype`, every float output (eager and `compute_output_spec`)
+  is in the compute dtype, every weight in the variable dtype, and every
+  sublayer has the layer's policy.
+
+Written here rather than imported so that CI does not install keras-hub and
+its dependencies for one test class.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import layers
+
+POLICIES = ["mixed_float16", "mixed_bfloat16", "bfloat16"]
+BATCH, LENGTH, MEMORY_LENGTH, D_MODEL = 2, 3, 5, 8
+
+
+def _floats(*shape, seed=0):
+  return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def _padding(length):
+  """[batch, length] bool, the second row one token shorter."""
+  mask = np.ones((BATCH, length), bool)
+  mask[1, -1] = False
+  return mask
+
+
+def _cases():
+  """(layer class, init kwargs, call inputs: one array or a dict by call
+  argument, the outputs' shapes)."""
+  x = _floats(BATCH, LENGTH, D_MODEL)
+  memory = _floats(BATCH, MEMORY_LENGTH, D_MODEL, seed=1)
+  out = (BATCH, LENGTH, D_MODEL)
+  stack = dict(num_heads=2, d_ff=16)
+  causal = np.broadcast_to(np.tril(np.ones((LENGTH, LENGTH), bool)),
+                           (BATCH, 1, LENGTH, LENGTH))
+  memory_mask = _padding(MEMORY_LENGTH)[:, np.newaxis, np.newaxis, :]
+  return {
+      "ScaledDotProductAttention": (
+          layers.ScaledDotProductAttention, {},
+          {"query": _floats(BATCH, 2, LENGTH, 4),
+           "key": _floats(BATCH, 2, MEMORY_LENGTH, 4, seed=1),
+           "value": _floats(BATCH, 2, MEMORY_LENGTH, 4, seed=2),
+           "attention_mask": memory_mask},
+          ((BATCH, 2, LENGTH, 4), (BATCH, 2, LENGTH, MEMORY_LENGTH))),
+      "MultiHeadAttention": (
+          layers.MultiHeadAttention, dict(num_heads=2, d_k=4),
+          {"query": x, "value": memory, "attention_mask": memory_mask}, out),
+      "PositionwiseFeedForward": (
+          layers.PositionwiseFeedForward, dict(d_ff=16), x, out),
+      "ResidualNorm": (
+          layers.ResidualNorm, {},
+          {"x": x, "sublayer_output": _floats(*out, seed=1)}, out),
+      "ResidualNorm-pre": (
+          layers.ResidualNorm, dict(norm_position="pre"),
+          {"x": x, "sublayer_output": _floats(*out, seed=1)}, out),
+      "SharedEmbedding": (
+          layers.SharedEmbedding, dict(vocab_size=20, d_model=D_MODEL),
+          np.array([[4, 5, 6], [7, 8, 0]], np.int32), out),
+      "SinusoidalPositionalEncoding": (
+          layers.SinusoidalPositionalEncoding, {}, x, out),
+      "LearnedPositionalEmbedding": (
+          layers.LearnedPositionalEmbedding, dict(max_length=10), x, out),
+      "EncoderLayer": (
+          layers.EncoderLayer, stack,
+          {"x": x, "padding_mask": _padding(LENGTH)}, out),
+      "Encoder": (
+          layers.Encoder, dict(num_layers=2, **stack),
+          {"x": x, "padding_mask": _padding(LENGTH)}, out),
+      "Encoder-pre": (
+          layers.Encoder, dict(num_layers=2, norm_position="pre", **stack),
+          {"x": x, "padding_mask": _padding(LENGTH)}, out),
+      "DecoderLayer": (
+          layers.DecoderLayer, stack,
+          {"x": x, "memory": memory, "self_attention_mask": causal,
+           "cross_attention_mask": memory_mask}, out),
+      "Decoder": (
+          layers.Decoder, dict(num_layers=2, **stack),
+          {"x": x, "memory": memory, "target_padding_mask": _padding(LENGTH),
+           "memory_padding_mask": _padding(MEMORY_LENGTH)}, out),
+  }
+
+
+CASES = _cases()
+# Pre-norm ResidualNorm's call is x + Dropout(y): its LayerNorm runs in
+# `normalize_input`, before the sub-layer, so the call has no gradient.
+NO_WEIGHTS_IN_CALL = {"ResidualNorm-pre"}
+
+
+def _call(layer, inputs):
+  return layer(**inputs) if isinstance(inputs, dict) else layer(inputs)
+
+
+def _shapes(outputs):
+  return tf.nest.map_structure(lambda t: tuple(t.shape), outputs)
+
+
+def _is_float(dtype):
+  return keras.backend.is_float_dtype(keras.backend.standardize_dtype(dtype))
+
+
+def _config_json(layer):
+  return json.dumps(layer.get_config(), sort_keys=True)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_config_and_serialization_round_trips(name):
+  cls, kwargs, _, _ = CASES[name]
+  layer = cls(**kwargs)
+  assert _config_json(cls.from_config(layer.get_config())) == (
+      _config_json(layer))
+  serialized = json.dumps(keras.saving.serialize_keras_object(layer))
+  revived = keras.saving.deserialize_keras_object(json.loads(serialized))
+  assert type(revived) is cls
+  assert _config_json(revived) == _config_json(layer)
+
+
+def _weight_shapes(layer):
+  return sorted((w.path.split("/", 1)[-1], tuple(w.shape))
+                for w in layer.weights)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_build_with_keras_3_shape_names_makes_the_call_weights(name):
+  cls, kwargs, inputs, _ = CASES[name]
+  built = cls(**kwargs)
+  if isinstance(inputs, dict):
+    built.build(**{k + "_shape": v.shape for k, v in inputs.items()})
+  else:
+    built.build(inputs.shape)
+  assert built.built
+  called = cls(**kwargs)
+  _call(called, inputs)
+  assert _weight_shapes(built) == _weight_shapes(called)
+  # A built layer runs without building again.
+  assert _shapes(_call(built, inputs)) == _shapes(_call(called, inputs))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_symbolic_call_matches_eager(name):
+  cls, kwargs, inputs, expected_shapes = CASES[name]
+  symbolic_inputs = tf.nest.map_structure(
+      lambda a: keras.KerasTensor(a.shape, a.dtype), inputs)
+  symbolic = _call(cls(**kwargs), symbolic_inputs)
+  eager = _call(cls(**kwargs), inputs)
+  assert _shapes(symbolic) == _shapes(eager) == expected_shapes
+  dtypes = lambda outputs: [keras.backend.standardize_dtype(t.dtype)
+                            for t in tf.nest.flatten(outputs)]
+  assert dtypes(symbolic) == dtypes(eager)
+  assert dtypes(eager)[0] == "float32"
+
+
+class LayerModel(keras.Model):
+  """keras-hub's TestModel: the layer called on the inputs, by name."""
+
+  def __init__(self, layer):
+    super().__init__()
+    self.layer = layer
+
+  def call(self, inputs):
+    return _call(self.layer, inputs)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_jit_compiled_call_and_fit_step(name):
+  """The call compiled with XLA gives the eager outputs; a layer with
+  weights trains one `model.fit` step compiled with XLA."""
+  cls, kwargs, inputs, _ = CASES[name]
+  layer = cls(**kwargs)
+  eager = _call(layer, inputs)
+  compiled = tf.function(lambda: _call(layer, inputs), jit_compile=True)()
+  tf.nest.map_structure(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+      eager, compiled)
+  if not layer.trainable_weights or name in NO_WEIGHTS_IN_CALL:
+    return
+  model = LayerModel(layer)
+  model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+  before = [w.numpy() for w in layer.trainable_weights]
+  # Targets away from the outputs, so that the step has a gradient.
+  targets = tf.nest.map_structure(lambda t: np.asarray(t) + 1.0, eager)
+  history = model.fit(inputs, targets, batch_size=BATCH, verbose=0)
+  assert np.isfinite(history.history["loss"][0])
+  after = [w.numpy() for w in layer.trainable_weights]
+  assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name", CASES)
+def test_own_dtype_policy(name, policy):
+  cls, kwargs, inputs, _ = CASES[name]
+  policy = keras.DTypePolicy(policy)
+  layer = cls(**kwargs, dtype=policy)
+  outputs = _call(layer, inputs)
+  spec = (layer.compute_output_spec(**inputs) if isinstance(inputs, dict)
+          else layer.compute_output_spec(inputs))
+  for tensor in tf.nest.flatten(outputs) + tf.nest.flatten(spec):
+    if _is_float(tensor.dtype):
+      assert keras.backend.standardize_dtype(tensor.dtype) == (
+          policy.compute_dtype), name
+  for weight in layer.weights:
+    assert weight.dtype == policy.variable_dtype, weight.path
+  for sublayer in layer._flatten_layers():  # pylint: disable=protected-access
+    assert (sublayer.compute_dtype, sublayer.variable_dtype) == (
+        policy.compute_dtype, policy.variable_dtype), sublayer.path
+  for tensor in tf.nest.flatten(outputs):
+    assert np.all(np.isfinite(tf.cast(tensor, tf.float32).numpy()))
