@@ -16,6 +16,7 @@ the target shifted right behind BOS_ID.
 """
 
 import keras
+import tensorflow as tf
 
 from tf_transformer.config import TransformerConfig
 from tf_transformer.layers import masks
@@ -45,6 +46,11 @@ class Transformer(keras.Model):
   [batch, target_length, vocab_size]. With `share_embeddings=False` the
   source embedding, target embedding and output projection are three
   matrices.
+
+  `dtype` (a Keras dtype policy, the global one by default) reaches every
+  layer: with "mixed_bfloat16" the matmuls run in bfloat16 and the weights
+  stay float32. The logits are float32 whatever the policy, for the loss's
+  and the search's log-softmax.
   """
 
   def __init__(self, config, **kwargs):
@@ -53,23 +59,25 @@ class Transformer(keras.Model):
       config = TransformerConfig.from_dict(config)
     self.config = config
     c = config.model
-    self.source_embedding = SharedEmbedding(c.vocab_size, c.d_model,
-                                            name="shared_embedding")
+    policy = self.dtype_policy
+    embedding = lambda name: SharedEmbedding(c.vocab_size, c.d_model,
+                                             name=name, dtype=policy)
+    self.source_embedding = embedding("shared_embedding")
     if c.share_embeddings:
       self.target_embedding = self.output_embedding = self.source_embedding
     else:
-      self.target_embedding = SharedEmbedding(c.vocab_size, c.d_model,
-                                              name="target_embedding")
-      self.output_embedding = SharedEmbedding(c.vocab_size, c.d_model,
-                                              name="output_projection")
+      self.target_embedding = embedding("target_embedding")
+      self.output_embedding = embedding("output_projection")
     self.source_positions = positional_encoding(
-        c.positional_encoding, c.max_length, "source_positions")
+        c.positional_encoding, c.max_length, "source_positions", policy)
     self.target_positions = positional_encoding(
-        c.positional_encoding, c.max_length, "target_positions")
-    self.source_dropout = keras.layers.Dropout(c.dropout_rate)
-    self.target_dropout = keras.layers.Dropout(c.dropout_rate)
-    self.encoder = Encoder(**_stack_arguments(c), name="encoder")
-    self.decoder = Decoder(**_stack_arguments(c), name="decoder")
+        c.positional_encoding, c.max_length, "target_positions", policy)
+    self.source_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
+    self.target_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
+    self.encoder = Encoder(**_stack_arguments(c), name="encoder",
+                           dtype=policy)
+    self.decoder = Decoder(**_stack_arguments(c), name="decoder",
+                           dtype=policy)
 
   def build(self, input_shape=None):
     d_model = self.config.model.d_model
@@ -136,7 +144,8 @@ class Transformer(keras.Model):
                            return_attention_scores=return_attention_scores)
     if not isinstance(outputs, tuple):
       outputs = (outputs,)
-    logits = self.output_embedding.logits(outputs[0], output_kernel)
+    logits = tf.cast(self.output_embedding.logits(outputs[0], output_kernel),
+                     tf.float32)
     outputs = (logits,) + outputs[1:]
     return outputs[0] if len(outputs) == 1 else outputs
 
