@@ -1,6 +1,7 @@
 """The SavedModel for TF Serving: loads with only tensorflow and
 tensorflow_text, holds only core TF and tensorflow-text ops and no XLA,
-answers bad requests, and translates like the in-process beam search."""
+answers bad requests, and translates like the in-process beam search; in
+float32 and in bfloat16 (`--dtype=bfloat16`)."""
 
 import json
 import os
@@ -16,10 +17,13 @@ from tensorflow.python.framework import op_def_registry
 
 from tf_transformer import build_model
 from tf_transformer.data import batching
+from tf_transformer.data import numbers
 from tf_transformer.data import sequences
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.run import run_dir
+from tf_transformer.run.runner import Runner
+from tf_transformer.serving import export as export_lib
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import run_script
 from training_helpers import write_run_dir
@@ -45,6 +49,22 @@ def exported(model_dir, tmp_path_factory):
   assert result.returncode == 0, result.stderr[-2000:]
   assert f"exported {export_dir}/1" in result.stdout
   return export_dir / "1"
+
+
+@pytest.fixture(scope="module")
+def exported_bfloat16(model_dir, tmp_path_factory):
+  """The same run exported with --dtype=bfloat16, and the export's stderr."""
+  export_dir = tmp_path_factory.mktemp("saved_models") / "numbers_bf16"
+  result = run_script("export.py", f"--model_dir={model_dir}",
+                      f"--export_dir={export_dir}", "--max_length_offset=10",
+                      "--dtype=bfloat16")
+  assert result.returncode == 0, result.stderr[-2000:]
+  return export_dir / "1", result.stderr
+
+
+EXPORTS = {"float32": lambda request: request.getfixturevalue("exported"),
+           "bfloat16": lambda request: request.getfixturevalue(
+               "exported_bfloat16")[0]}
 
 
 def test_versions_are_integer_folders(model_dir, exported):
@@ -96,7 +116,9 @@ print(json.dumps(answers))
 """
 
 
-def test_loads_in_a_fresh_process_and_answers_bad_requests(exported):
+@pytest.mark.parametrize("dtype", EXPORTS)
+def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
+  exported = EXPORTS[dtype](request)
   result = subprocess.run([sys.executable, "-c", LOAD, str(exported)],
                           capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -201,7 +223,9 @@ def _all_ops(path):
   return {node.op for node in nodes}, functions
 
 
-def test_graph_has_only_core_and_tensorflow_text_ops(exported):
+@pytest.mark.parametrize("dtype", EXPORTS)
+def test_graph_has_only_core_and_tensorflow_text_ops(request, dtype):
+  exported = EXPORTS[dtype](request)
   ops, functions = _all_ops(str(exported))
   function_names = {f.signature.name for f in functions}
   unknown = {op for op in ops if op not in function_names and
@@ -285,3 +309,71 @@ def test_training_batches_and_the_saved_model_give_the_same_ids(
   long = loaded.source_ids(tf.constant(["nine " * 1000, "seven"]))
   assert long["source_ids"].shape == (2, 256 + 1)
   assert long["source_ids"][0, -1] == EOS_ID
+
+
+def _variables(path):
+  """{name: dtype} of an export's saved variables, and their bytes."""
+  prefix = os.path.join(str(path), "variables", "variables")
+  dtypes = tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()
+  size = sum(os.path.getsize(os.path.join(str(path), "variables", name))
+             for name in os.listdir(os.path.join(str(path), "variables")))
+  return dtypes, size
+
+
+def test_bfloat16_export_keeps_half_the_bytes(exported, exported_bfloat16):
+  full, full_size = _variables(exported)
+  half, half_size = _variables(exported_bfloat16[0])
+  weights = {name for name, dtype in full.items() if dtype == tf.float32}
+  assert weights and weights == set(half) - {
+      name for name, dtype in half.items() if not dtype.is_floating}
+  assert {half[name] for name in weights} == {tf.bfloat16}
+  assert half_size < 0.55 * full_size, (half_size, full_size)
+  # The signatures take and give what the float32 export's do.
+  for path in (exported, exported_bfloat16[0]):
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    assert {k: v.dtype for k, v in serve.structured_outputs.items()} == {
+        "translation": tf.string, "score": tf.float32}
+
+
+def test_bfloat16_export_warns_only_where_the_cpu_lacks_bfloat16(
+    exported_bfloat16, tmp_path):
+  warning = export_lib.bfloat16_warning()
+  _, stderr = exported_bfloat16
+  assert ("export: warning: " in stderr) == (warning is not None), stderr
+  with_bf16 = tmp_path / "with"
+  with_bf16.write_text("flags : fpu sse2 avx2 avx512f avx512_bf16\n")
+  assert export_lib.bfloat16_warning(str(with_bf16)) is None
+  without = tmp_path / "without"
+  without.write_text("flags : fpu sse2 avx2 avx512f\n")
+  assert "neither AVX512_BF16 nor AMX" in export_lib.bfloat16_warning(
+      str(without))
+  assert "could not read" in export_lib.bfloat16_warning(
+      str(tmp_path / "missing"))
+
+
+def test_bfloat16_export_translates_like_float32(trained_numbers_run,
+                                                 tmp_path):
+  """A trained model's bfloat16 export gives the float32 export's
+  translations on nearly every line, and scores within bfloat16's rounding
+  (tests/test_model_policy.py)."""
+  texts = tf.constant([s for s, _ in numbers.generate(
+      {"test": 64}, seed=11)["test"]])
+  outputs = {}
+  for dtype in ("float32", "bfloat16"):
+    path = Runner(str(trained_numbers_run)).export(
+        str(tmp_path / dtype), dtype=dtype)
+    outputs[dtype] = tf.saved_model.load(path).signatures["nbest"](
+        text=texts)
+  full, half = outputs["float32"], outputs["bfloat16"]
+  same = (full["translations"][:, 0].numpy()
+          == half["translations"][:, 0].numpy())
+  assert same.mean() >= 0.9, same.mean()
+  gaps = np.abs(full["scores"][:, 0] - half["scores"][:, 0])[same]
+  assert gaps.max() < 0.5, gaps.max()
+
+
+def test_bfloat16_is_refused_for_ctranslate2(model_dir, tmp_path):
+  with pytest.raises(ValueError, match="--dtype=bfloat16: only for "
+                     "--format=saved_model"):
+    Runner(str(model_dir)).export(str(tmp_path / "ct2"),
+                                  format="ctranslate2", dtype="bfloat16")

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import REPO, run_script
 from tf_transformer.run import main_job
+from tf_transformer.serving import export as export_lib
 
 STAGES = ["prepare", "train", "average", "export", "evaluate dev",
           "evaluate test", "translate"]
@@ -51,9 +52,9 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
   assert "averaged   2 checkpoints: ckpt-27, ckpt-30" in summary
 
   # Again, as a user reruns it: the finished training and the vocabulary
-  # are reused, and the next version is exported.
+  # are reused, and the next version is exported, in bfloat16 this time.
   again = run_script("main_job.py", *[f"--{k}={v}" for k, v in flags.items()],
-                     timeout=900)
+                     "--export_dtype=bfloat16", timeout=900)
   assert again.returncode == 0, again.stderr[-3000:]
   out = again.stdout
   for stage in STAGES[1:]:
@@ -62,7 +63,10 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
   assert os.stat(work / "run" / "vocabulary.model").st_mtime_ns == (
       vocabulary_times[0])
   assert "trained    tiny model to step 30 in an earlier run" in out
-  assert f"exported   {exports}/2 (beam 4, alpha 0.6)" in out
+  assert f"exported   {exports}/2 (beam 4, alpha 0.6, bfloat16)" in out
+  assert f"--export_dir={exports} --dtype=bfloat16\n" in out
+  assert ("\n== export: warning: " in out) == (
+      export_lib.bfloat16_warning() is not None)
   examples = out.split("(source | translation | reference):\n")[1]
   rows = [line for line in examples.splitlines() if line.startswith("  ")]
   assert len(rows) == 3 and all(line.count(" | ") == 2 for line in rows)

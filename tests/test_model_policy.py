@@ -10,7 +10,8 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from tf_transformer import Transformer, get_config
+from tf_transformer import build_model, get_config
+from tf_transformer.model import with_dtype_policy
 from tf_transformer.data import numbers
 from tf_transformer.decoding.search import DecodingOptions, decode
 from tf_transformer.run import run_dir
@@ -22,9 +23,7 @@ SOURCES, REFERENCES = zip(*numbers.generate({"test": 64}, seed=7)["test"])
 
 
 def _model(policy, overrides="vocab_size=20,num_layers=1"):
-  model = Transformer(get_config("tiny", overrides), dtype=policy)
-  model.build()
-  return model
+  return build_model(get_config("tiny", overrides), policy)
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16",
@@ -59,13 +58,6 @@ def test_mixed_bfloat16_model_trains_under_model_fit_and_saves(tmp_path):
   np.testing.assert_array_equal(loaded(batch), model(batch))
 
 
-def _copy_with_policy(model, policy):
-  copy = Transformer(model.config, dtype=policy)
-  copy.build()
-  copy.set_weights(model.get_weights())
-  return copy
-
-
 def _token_log_probs(model, processor):
   return np.concatenate(token_log_probs(model, processor, SOURCES,
                                         REFERENCES))
@@ -85,7 +77,7 @@ def test_half_precision_copy_gives_the_float32_log_probabilities(
   model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   full = _token_log_probs(model, processor)
-  half = _token_log_probs(_copy_with_policy(model, policy), processor)
+  half = _token_log_probs(with_dtype_policy(model, policy), processor)
   gaps = np.abs(full - half)
   mean_bound, max_bound = TOLERANCES[policy]
   assert gaps.mean() < mean_bound and gaps.max() < max_bound, (
@@ -98,7 +90,7 @@ def test_bfloat16_copy_searches_in_float32(trained_numbers_run):
   source = tf.ragged.constant(
       [ids + [EOS_ID] for ids in processor.encode(list(SOURCES))]).to_tensor()
   ids, scores = decode(model, source, DecodingOptions())
-  half_ids, half_scores = decode(_copy_with_policy(model, "mixed_bfloat16"),
+  half_ids, half_scores = decode(with_dtype_policy(model, "mixed_bfloat16"),
                                  source, DecodingOptions())
   assert half_scores.dtype == tf.float32
   same = [np.array_equal(a[0], b[0]) for a, b in zip(ids.numpy(),

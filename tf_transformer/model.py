@@ -176,8 +176,19 @@ class Transformer(keras.Model):
     return cls(**config)
 
 
-def build_model(config: TransformerConfig) -> Transformer:
-  """A Transformer with all its weights created."""
-  model = Transformer(config)
+def build_model(config: TransformerConfig, dtype=None) -> Transformer:
+  """A Transformer with all its weights created, under the dtype policy
+  `dtype` (None: the global one)."""
+  model = Transformer(config, dtype=dtype)
   model.build()
   return model
+
+
+def with_dtype_policy(model: Transformer, dtype) -> Transformer:
+  """A copy of `model` under the dtype policy `dtype`, its weights cast to
+  the policy's variable dtype: with "bfloat16", half the bytes that an export
+  keeps and that every decoding step reads, its matmuls in bfloat16; layer
+  norms, softmaxes and the logits stay float32 (docs/model.md)."""
+  copy = build_model(model.config, dtype)
+  copy.set_weights(model.get_weights())
+  return copy

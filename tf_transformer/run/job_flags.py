@@ -8,7 +8,7 @@ from tf_transformer.run.main_job import TASKS
 JOB_ARGUMENTS = ("work_dir", "export_dir", "data_dir", "config", "hparams",
                  "train_steps", "train_minutes", "vocab_size",
                  "average_checkpoints", "num_examples", "seed",
-                 "numbers_train_size")
+                 "numbers_train_size", "export_dtype")
 
 
 def define_flags():
@@ -34,6 +34,9 @@ def define_flags():
   flags.DEFINE_integer("average_checkpoints", 5, "Checkpoints averaged.")
   flags.DEFINE_integer("num_examples", 8, "Test sentences shown at the end.")
   flags.DEFINE_integer("seed", 0, "Seed of data, initialization and order.")
+  flags.DEFINE_enum("export_dtype", "float32", ["float32", "bfloat16"],
+                    "The export's weights and matmuls (bin/export.py "
+                    "--dtype).")
   flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "
                        "the task's 40,000); fewer for a quick try.")
 

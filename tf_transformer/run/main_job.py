@@ -67,6 +67,7 @@ class JobResult:
   averaged: runner_lib.Averaged
   export: str  # the SavedModel version
   decoding: DecodingOptions  # the export's search
+  export_dtype: str  # its weights' and matmuls' type
   texts: dict  # split -> (source file, reference file)
   scores: dict  # split -> evaluation.score of the SavedModel's output
   examples: list  # (source, translation, reference) of the first test lines
@@ -139,7 +140,8 @@ def _cadence(task, train_steps, minutes):
 def run_job(task_name="numbers", work_dir=None, export_dir=None,
             data_dir=None, config=None, hparams="", train_steps=None,
             train_minutes=None, vocab_size=None, average_checkpoints=5,
-            num_examples=8, seed=0, numbers_train_size=None, stop=None,
+            num_examples=8, seed=0, numbers_train_size=None,
+            export_dtype="float32", stop=None,
             announce: Callable[[str, str], None] = lambda stage, line: None
             ) -> JobResult:
   """Runs every stage; `announce(stage, command)` hears of each before it
@@ -203,9 +205,16 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   times["average"] = time.time() - start
 
   start = time.time()
+  dtype_flag = ([] if export_dtype == "float32"
+                else [f"--dtype={export_dtype}"])
   announce("export", _command("export.py", f"--model_dir={averaged_dir}",
-                              f"--export_dir={export_dir}"))
-  export = runner_lib.Runner(averaged_dir).export(export_dir)
+                              f"--export_dir={export_dir}", *dtype_flag))
+
+  def export_warning(text):  # the export's stages are not announced
+    if text.startswith("warning:"):
+      announce("export", text)
+  export = runner_lib.Runner(averaged_dir).export(
+      export_dir, dtype=export_dtype, on_stage=export_warning)
   decoding = DecodingOptions.from_config(
       run_dir_lib.load_config(averaged_dir))
   times["export"] = time.time() - start
@@ -234,7 +243,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
   times["translate"] = time.time() - start
   return JobResult(task_name, config_name, training, averaged, export,
-                   decoding, texts, scores,
+                   decoding, export_dtype, texts, scores,
                    list(zip(sources, translations, references)), times)
 
 
@@ -261,7 +270,9 @@ def summary(result: JobResult):
                            for p in result.averaged.checkpoints))
   d = result.decoding
   lines.append(f"exported   {result.export} ({d.method} "
-               f"{d.beam_size}, alpha {d.length_penalty_alpha})")
+               f"{d.beam_size}, alpha {d.length_penalty_alpha}"
+               + ("" if result.export_dtype == "float32"
+                  else f", {result.export_dtype}") + ")")
   for split, (source, _) in result.texts.items():
     s = result.scores[split]
     lines.append(f"{split:<10} exact match {s['exact_match']:.4f}  chrF "

@@ -27,6 +27,7 @@ from tf_transformer.data.errors import DataError
 from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.model import build_model
+from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import loading
 from tf_transformer.run import run_dir
 from tf_transformer.serving import ct2_export
@@ -181,11 +182,13 @@ class Runner:
 
   def export(self, export_dir, checkpoint=None, format="saved_model",  # pylint: disable=redefined-builtin
              max_input_tokens=256, xla=False, decode_parts=1,
-             quantization=None, on_stage=None, **decoding) -> str:
+             quantization=None, dtype="float32", on_stage=None,
+             **decoding) -> str:
     """Exports `checkpoint` (default: the newest) as the next SavedModel
-    version of `export_dir`, or with format="ctranslate2" as a CTranslate2
-    model directory; returns its path. `decoding`: DecodingOptions fields
-    (None keeps the config's); `on_stage(text)` hears of each stage.
+    version of `export_dir`, its weights and matmuls in `dtype` ("float32"
+    or "bfloat16"), or with format="ctranslate2" as a CTranslate2 model
+    directory; returns its path. `decoding`: DecodingOptions fields (None
+    keeps the config's); `on_stage(text)` hears of each stage and warning.
     Raises ValueError naming a bad option, FileNotFoundError, ImportError
     (CTranslate2 not installed)."""
     on_stage = on_stage or (lambda text: None)
@@ -193,9 +196,20 @@ class Runner:
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
       raise ValueError("--quantization: only with --format=ctranslate2")
+    if dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"--dtype={dtype}: expected float32 or bfloat16")
+    if dtype != "float32" and format != "saved_model":
+      raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
+                       "(CTranslate2 stores its types by --quantization)")
     model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
                                                  **decoding)
     on_stage(f"restored the weights of {checkpoint or self.model_dir}")
+    if dtype == "bfloat16":
+      model = with_dtype_policy(model, dtype)
+      on_stage("weights and matmuls in bfloat16")
+      warning = export_lib.bfloat16_warning()
+      if warning:
+        on_stage(f"warning: {warning}")
     if format == "ctranslate2":
       path = ct2_export.export(model, vocabulary, export_dir, options,
                                max_input_tokens, quantization)

@@ -11,6 +11,13 @@ the layout TF Serving watches, with these signatures:
 `count_input_tokens` and `source_ids` are saved too, as functions (TF
 Serving does not expose them; bin/translate.py uses the first to warn about
 cut inputs, and the second gives a Python client the ids `ids` takes).
+
+An export in bfloat16 (`model.with_dtype_policy(model, "bfloat16")`) keeps
+its weights in bfloat16 and multiplies in bfloat16; the signatures and their
+float32 scores are the same. It is fast only where the serving CPU has
+bfloat16 instructions (AVX512_BF16 or AMX; every current GPU has bfloat16):
+elsewhere TensorFlow emulates them, slower than float32, and
+`bfloat16_warning` says so.
 """
 
 import os
@@ -20,6 +27,9 @@ from absl import logging
 
 from tf_transformer.decoding.translation_module import TranslationModule
 
+# /proc/cpuinfo flags of the instructions that multiply bfloat16 natively.
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
 
 def next_version_dir(export_dir):
   """export_dir/<integer>, one above the highest version already there."""
@@ -27,6 +37,23 @@ def next_version_dir(export_dir):
               if name.strip("/").isdigit()] if tf.io.gfile.exists(
                   export_dir) else []
   return os.path.join(export_dir, str(max(versions, default=0) + 1))
+
+
+def bfloat16_warning(cpuinfo="/proc/cpuinfo"):
+  """None where this CPU multiplies bfloat16 natively, else one line that
+  says it does not (or could not be checked)."""
+  try:
+    with open(cpuinfo, encoding="utf-8") as f:
+      flags = set(f.read().split())
+  except OSError:
+    return (f"could not read {cpuinfo} to check this CPU for bfloat16 "
+            "instructions (AVX512_BF16, AMX): without them bfloat16 is "
+            "emulated, slower than float32")
+  if flags & set(BFLOAT16_CPU_FLAGS):
+    return None
+  return ("this CPU has neither AVX512_BF16 nor AMX: a bfloat16 export is "
+          "emulated here, slower than float32; serve it on a CPU that has "
+          "them, or on a GPU")
 
 
 def export(module: TranslationModule, export_dir: str) -> str:
