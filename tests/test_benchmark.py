@@ -130,7 +130,8 @@ def test_serving_section_compares_exports_with_ctranslate2(
   result = run_script(
       "benchmark.py", "--sections=serving", f"--model_dir={trained_numbers_run}",
       f"--source={source}", f"--reference={reference}",
-      "--serving_decoders=savedmodel,savedmodel_parts,ct2_float32",
+      "--serving_decoders=savedmodel,savedmodel_parts,savedmodel_bfloat16,"
+      "ct2_float32",
       "--serving_searches=beam", "--serving_batch_size=4",
       "--latency_sentences=3", "--runs=2", f"--output={output}")
   assert result.returncode == 0, result.stderr[-3000:]
@@ -138,7 +139,7 @@ def test_serving_section_compares_exports_with_ctranslate2(
   rows = {(r["order"], r["decoder"]): r for r in serving["throughput"]}
   assert set(rows) == {(order, decoder) for order in ("file", "sorted")
                        for decoder in ("savedmodel", "savedmodel_parts",
-                                       "ct2_float32")}
+                                       "savedmodel_bfloat16", "ct2_float32")}
   for row in rows.values():
     assert len(row["seconds"]) == 2 and row["sentences_per_second"] > 0
     assert row["output_tokens_per_second"] > row["sentences_per_second"]
@@ -147,6 +148,7 @@ def test_serving_section_compares_exports_with_ctranslate2(
   assert rows["sorted", "savedmodel"]["identical_to_ours"] == 1
   # The same weights and search: CTranslate2 agrees with the SavedModel.
   assert rows["file", "ct2_float32"]["identical_to_ours"] >= 0.75
+  assert rows["file", "savedmodel_bfloat16"]["identical_to_ours"] >= 0.75
   latency = {r["decoder"]: r for r in serving["latency"]}
   assert latency["ct2_float32"]["p50_ms_vs_ct2_float32"] == 1
   assert all(r["sentences"] == 3 and r["p90_ms"] >= r["p50_ms"] > 0

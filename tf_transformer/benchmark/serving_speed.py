@@ -6,7 +6,10 @@ sentences, one decoder after another: the SavedModel as TF Serving loads it
 (only tensorflow and tensorflow_text imported), default export and `xla`
 export, each with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS, read at start),
 and the default export in --threads parts (`--decode_parts`) served with one
-intra-op thread;
+intra-op thread; the default and parts exports in bfloat16 (`--dtype`),
+and the default float32 export rewritten to bfloat16 at load as TF Serving's
+`--mixed_precision=bfloat16` does (Grappler's
+auto_mixed_precision_onednn_bfloat16, the option that flag sets);
 CTranslate2 float32 and int8 (quantized at load) with its own beam search
 (beam, length penalty and limit as ours; its default patience of 1). At
 --serving_batch_size in file order and length-sorted, and one sentence at a
@@ -39,13 +42,20 @@ class Decoder:
   # Parts of a request decoded at once (export --decode_parts), each on one
   # inter-op thread, served with one intra-op thread.
   parallel: bool = False
-  compute_type: str = "float32"
+  compute_type: str = "float32"  # CTranslate2's; a SavedModel's is `dtype`
+  dtype: str = "float32"  # the export's (bin/export.py --dtype)
+  # Served with TF Serving's --mixed_precision=bfloat16: the float32 graph
+  # rewritten to bfloat16 at load.
+  server_bfloat16: bool = False
 
 
 DECODERS = {d.name: d for d in (
     Decoder("savedmodel"),  # oneDNN on (TensorFlow's default on this CPU)
     Decoder("savedmodel_no_onednn", onednn=False),
     Decoder("savedmodel_parts", parallel=True),
+    Decoder("savedmodel_bfloat16", dtype="bfloat16"),
+    Decoder("savedmodel_parts_bfloat16", parallel=True, dtype="bfloat16"),
+    Decoder("savedmodel_server_bfloat16", server_bfloat16=True),
     Decoder("savedmodel_xla", xla=True),
     Decoder("savedmodel_xla_no_onednn", xla=True, onednn=False),
     Decoder("ct2_float32", "ctranslate2"),
@@ -71,27 +81,31 @@ class Settings:
 
 
 def _exports(model_dir, directory, settings):
-  """{(search, xla, parallel): SavedModel path} and the CTranslate2
+  """{(search, xla, parallel, dtype): SavedModel path} and the CTranslate2
   path."""
   # pylint: disable=g-import-not-at-top
   from tf_transformer.decoding.translation_module import TranslationModule
+  from tf_transformer.model import with_dtype_policy
   from tf_transformer.run import run_dir
   from tf_transformer.serving import ct2_export
   from tf_transformer.serving import export as export_lib
   model, vocabulary = run_dir.load_trained_model(model_dir)
+  models = {"float32": model}
   beam = DecodingOptions.from_config(model.config)
   paths = {}
-  kinds = {(DECODERS[d].xla, DECODERS[d].parallel)
+  kinds = {(DECODERS[d].xla, DECODERS[d].parallel, DECODERS[d].dtype)
            for d in settings.decoders if DECODERS[d].kind == "saved_model"}
   for search in settings.searches:
     options = DecodingOptions.from_config(model.config, method=search)
-    for xla, parallel in sorted(kinds):
+    for xla, parallel, dtype in sorted(kinds):
+      if dtype not in models:
+        models[dtype] = with_dtype_policy(model, dtype)
       module = TranslationModule(
-          model, vocabulary, options, xla=xla,
+          models[dtype], vocabulary, options, xla=xla,
           decode_parts=settings.threads if parallel else 1)
-      paths[search, xla, parallel] = export_lib.export(
-          module, os.path.join(directory,
-                               f"{search}_xla{int(xla)}_p{int(parallel)}"))
+      paths[search, xla, parallel, dtype] = export_lib.export(
+          module, os.path.join(directory, f"{search}_xla{int(xla)}_"
+                               f"p{int(parallel)}_{dtype}"))
   ct2_path = ct2_export.export(model, vocabulary,
                                os.path.join(directory, "ct2"), beam)
   return paths, ct2_path, beam
@@ -138,8 +152,12 @@ def measure(model_dir, settings: Settings, log=print):
             orders=list(settings.orders),
             latency_sentences=settings.latency_sentences)
         if decoder.kind == "saved_model":
-          request["model"] = paths[search, decoder.xla, decoder.parallel]
+          request["model"] = paths[search, decoder.xla, decoder.parallel,
+                                   decoder.dtype]
           env = {"TF_ENABLE_ONEDNN_OPTS": str(int(decoder.onednn))}
+          if decoder.server_bfloat16:
+            request["grappler"] = {
+                "auto_mixed_precision_onednn_bfloat16": True}
         else:
           request.update(model=ct2_path, compute_type=decoder.compute_type,
                          search=_ct2_search(search, options,

@@ -5,12 +5,13 @@ of tf_transformer, not even its oneDNN default, reaches the measurement), or
 only ctranslate2 and sentencepiece for a CTranslate2 model.
 
 The request (JSON): kind ("saved_model" or "ctranslate2"), model, sentences,
-threads (TensorFlow's inter-op threads, CTranslate2's threads),
-intra_threads (TensorFlow's), runs, warmup, batch_size, orders (["file", "sorted"]),
-latency_sentences, and for CTranslate2 compute_type and search (the
-translate_batch options). Prints JSON: per order the seconds of each timed
-pass over all sentences and the outputs in file order; for latency the
-seconds of each single-sentence call.
+threads (TensorFlow's inter-op threads, CTranslate2's threads), intra_threads
+(TensorFlow's), runs, warmup, batch_size, orders (["file", "sorted"]),
+latency_sentences, for a SavedModel optionally grappler (Grappler options set
+before loading, as a server's session config sets them), and for CTranslate2
+compute_type and search (the translate_batch options). Prints JSON: per order
+the seconds of each timed pass over all sentences and the outputs in file
+order; for latency the seconds of each single-sentence call.
 """
 
 import json
@@ -24,6 +25,7 @@ def _saved_model(request):
   tf.config.threading.set_intra_op_parallelism_threads(
       request["intra_threads"])
   tf.config.threading.set_inter_op_parallelism_threads(request["threads"])
+  tf.config.optimizer.set_experimental_options(request.get("grappler", {}))
   serve = tf.saved_model.load(request["model"]).signatures["serving_default"]
 
   def translate(texts):
