@@ -31,7 +31,7 @@ from tf_transformer.run import main_job
 from tf_transformer.training import interruption
 from tf_transformer.training import run_lock
 from tf_transformer.training.checkpoints import CheckpointError
-from tf_transformer.training.trainer import NonFiniteLossError
+from tf_transformer.training.trainer import DivergedError
 
 job_flags.define_flags()
 
@@ -47,7 +47,7 @@ def main(argv):
     print(f"main_job: {e}", file=sys.stderr)
     return stop.exit_status or 143
   except (main_job.JobError, DataError, ValueError, OSError,
-          CheckpointError, NonFiniteLossError, run_lock.RunLockedError) as e:
+          CheckpointError, DivergedError, run_lock.RunLockedError) as e:
     print(f"main_job: error: {e}", file=sys.stderr)
     return 1
   print("\n== summary\n" + "\n".join(main_job.summary(result)))

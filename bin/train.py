@@ -10,7 +10,8 @@ The run's config, data spec, flags and vocabulary are written into
 SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits.
 
 Exit status: 0 trained; 1 bad flags or hparams; 2 bad data (one line naming
-the file and line); 3 NaN or Inf (names the last good checkpoint); 4 another
+the file and line); 3 NaN or Inf, or a loss that ran away (--divergence_factor;
+names the last good checkpoint); 4 another
 run holds --model_dir; 143 / 130 stopped by SIGTERM / SIGINT, checkpoint
 saved (the same command resumes).
 """
@@ -54,7 +55,7 @@ def main(argv):
     return _fail(f"error: {e}", 2)
   except (ValueError, FileNotFoundError) as e:
     return _fail(f"error: {e}", 1)
-  except trainer_lib.NonFiniteLossError as e:
+  except trainer_lib.DivergedError as e:  # NaN, Inf or a runaway loss
     return _fail(str(e), 3)
   except run_lock.RunLockedError as e:
     return _fail(f"error: {e}", 4)

@@ -116,6 +116,35 @@ def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):
       assert np.all(np.isfinite(reader.get_tensor(name)))
 
 
+def test_runaway_loss_stops_like_a_nan_naming_a_checkpoint_before_it(
+    tmp_path):
+  """The issue's case: a learning rate scaled by 1e6 drives the loss to huge
+  finite values; the run stops instead of checkpointing garbage to the
+  end."""
+  trainer = make_trainer(tmp_path, overrides="learning_rate_scale=1e6",
+                         train_steps=200, checkpoint_every_steps=1,
+                         log_every_steps=50, divergence_window=20)
+  with pytest.raises(trainer_lib.LossRiseError) as error:
+    trainer.train()
+  message = str(error.value)
+  assert "the mean loss of the last 20 steps" in message
+  assert "times the lowest such mean" in message
+  assert "--divergence_factor" in message
+  assert trainer.step < 200
+  lowest_step = int(message.split(" at step ")[1].split(" ")[0])
+  assert f"ckpt-{lowest_step} " in message  # saved every step here
+  assert isinstance(error.value, trainer_lib.DivergedError)  # exit 3
+
+
+def test_divergence_check_off_runs_to_the_end(tmp_path):
+  trainer = make_trainer(tmp_path, overrides="learning_rate_scale=1e6",
+                         train_steps=40, log_every_steps=50,
+                         divergence_factor=0, divergence_window=20)
+  losses = trainer.train()["losses"]
+  assert len(losses) == 40
+  assert np.mean(losses[-20:]) > 10 * min(losses)  # it did run away
+
+
 def test_restore_brings_back_step_slots_and_input_position(tmp_path):
   trainer = make_trainer(tmp_path, train_steps=3, checkpoint_every_steps=3)
   trainer.train()

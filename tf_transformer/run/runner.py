@@ -93,7 +93,8 @@ class Runner:
     `options`: `TrainOptions` fields (steps and batch size are
     `config.training`'s). Returns `Trainer.train`'s result: step, losses, dev
     metrics, checkpoint, stopped_by, time_up, weights_fingerprint.
-    Raises DataError, ValueError, NonFiniteLossError or RunLockedError.
+    Raises DataError, ValueError, DivergedError (NaN, Inf or a runaway
+    loss) or RunLockedError.
     """
     strategy = strategy or strategy_lib.create_strategy("one_device")
     chief = strategy_lib.is_chief(strategy)

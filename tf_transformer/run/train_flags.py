@@ -11,7 +11,8 @@ TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "checkpoint_every_steps", "checkpoint_every_secs",
                  "keep_checkpoints", "eval_every_steps", "eval_max_sentences",
                  "log_every_steps", "seed", "jit_compile_step", "xla_loss",
-                 "log_gradient_norm", "train_minutes")
+                 "log_gradient_norm", "train_minutes", "divergence_factor",
+                 "divergence_window")
 
 
 def define_flags():
@@ -28,6 +29,12 @@ def define_flags():
   flags.DEFINE_float("train_minutes", None, "Stop after this many minutes of "
                      "training (counted over resumes; --train_steps still "
                      "bounds it), with a checkpoint.")
+  flags.DEFINE_float("divergence_factor", 10.0, "Stop (exit 3, like a "
+                     "NaN) when the mean loss of the last "
+                     "--divergence_window steps exceeds this many times the "
+                     "lowest step loss; 0: never.", lower_bound=0.0)
+  flags.DEFINE_integer("divergence_window", 100, "Steps averaged for "
+                       "--divergence_factor.", lower_bound=1)
   flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global "
                        "batch "
                        "(default: the preset's, 25000 as in the paper).")

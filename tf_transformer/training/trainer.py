@@ -14,8 +14,9 @@ the input position (epoch, batches read in it); each epoch's order is fixed by
 the seed, so a resumed run reads exactly the batches it had not read. A step
 that is due for both saves first and evaluates after, so a kill during
 evaluation loses nothing; a checkpoint is written only when every weight and
-optimizer slot is finite; a `StopRequest` (SIGTERM, Ctrl-C) saves at the next
-step boundary and returns.
+optimizer slot is finite; a loss that runs away while finite stops the run
+as a NaN does (`divergence`); a `StopRequest` (SIGTERM, Ctrl-C) saves at the
+next step boundary and returns.
 """
 
 import dataclasses
@@ -37,6 +38,9 @@ from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
 from tf_transformer.training.checkpoints import Checkpointer
+from tf_transformer.training.checkpoints import checkpoint_paths
+from tf_transformer.training.checkpoints import step_of
+from tf_transformer.training.divergence import DivergenceMonitor
 from tf_transformer.training.evaluator import Evaluator
 from tf_transformer.training.loss import token_losses
 from tf_transformer.training.summaries import Summaries
@@ -44,8 +48,17 @@ from tf_transformer.training.summaries import Summaries
 SUM = tf.distribute.ReduceOp.SUM
 
 
-class NonFiniteLossError(RuntimeError):
+class DivergedError(RuntimeError):
+  """Training went wrong in a way that more steps cannot mend; the run
+  stops (bin/train.py: exit 3) naming the checkpoint to go back to."""
+
+
+class NonFiniteLossError(DivergedError):
   """The loss, the gradients or the weights became NaN or Inf."""
+
+
+class LossRiseError(DivergedError):
+  """The loss stayed finite but far above its lowest (`divergence`)."""
 
 
 RECOVERY_ADVICE = (
@@ -76,6 +89,10 @@ class TrainOptions:
   # A time budget: stop (with a checkpoint) once the run has trained this
   # long, counted over resumes; train_steps still bounds it.
   train_minutes: Optional[float] = None
+  # Stop when the mean loss of the last `divergence_window` steps exceeds
+  # `divergence_factor` times the lowest step loss (0: never).
+  divergence_factor: float = 10.0
+  divergence_window: int = 100
 
 
 class Trainer:
@@ -323,6 +340,7 @@ class Trainer:
     run_start, start_step = time.time(), self.step
     history = []
     metrics = {}
+    divergence = DivergenceMonitor(o.divergence_factor, o.divergence_window)
     stopping = self._stop_agreed(stop)
     time_up = self._time_up(run_start)
     train_steps = self.config.training.train_steps
@@ -332,6 +350,9 @@ class Trainer:
       loss = loss_sum / max(tokens, 1.0)
       if not (math.isfinite(loss) and math.isfinite(norm)):
         raise self._non_finite(step, f"loss={loss} gradient_norm={norm}")
+      diverged = divergence.update(step, loss)
+      if diverged:
+        raise self._loss_rise(step, diverged, divergence.lowest_step)
       history.append(loss)
       window += [loss_sum, nll_sum, tokens, source_tokens, norm]
       window_steps += 1
@@ -386,6 +407,18 @@ class Trainer:
              "it)" if latest else "No checkpoint was saved yet")
     return NonFiniteLossError(f"step {step}: {what}; stopping. {where}; "
                               + RECOVERY_ADVICE)
+
+  def _loss_rise(self, step, what, lowest_step):
+    """The error for a run that diverged after `lowest_step`, naming the
+    newest checkpoint saved no later than that step."""
+    before = [path for path in checkpoint_paths(self.options.model_dir)
+              if step_of(path) <= lowest_step]
+    where = (f"The last checkpoint from before the rise is {before[-1]} "
+             "(restore it by deleting the newer ones, or start from it in a "
+             "new --model_dir)" if before else
+             "No checkpoint was saved before the rise")
+    return LossRiseError(f"step {step}: {what}; stopping. {where}; "
+                         + RECOVERY_ADVICE)
 
   def _stop_agreed(self, stop, requested=False):
     """Whether to stop now; under MultiWorkerMirroredStrategy, whether any
