@@ -413,12 +413,16 @@ class Trainer:
     newest checkpoint saved no later than that step."""
     before = [path for path in checkpoint_paths(self.options.model_dir)
               if step_of(path) <= lowest_step]
-    where = (f"The last checkpoint from before the rise is {before[-1]} "
-             "(restore it by deleting the newer ones, or start from it in a "
-             "new --model_dir)" if before else
-             "No checkpoint was saved before the rise")
-    return LossRiseError(f"step {step}: {what}; stopping. {where}; "
-                         + RECOVERY_ADVICE)
+    # Unlike a NaN, the rise reached the newer checkpoints: a plain resume
+    # would restore its weights.
+    where = (f"The last checkpoint from before the rise is {before[-1]}: "
+             "delete the newer ones and resume with a lower learning rate "
+             "(--allow_recipe_change --hparams=learning_rate_scale=0.5)"
+             if before else "No checkpoint was saved before the rise: start "
+             "again in a new --model_dir with a lower learning rate "
+             "(--hparams=learning_rate_scale=0.5)")
+    return LossRiseError(f"step {step}: {what}; stopping. {where}, or check "
+                         "the data")
 
   def _stop_agreed(self, stop, requested=False):
     """Whether to stop now; under MultiWorkerMirroredStrategy, whether any
