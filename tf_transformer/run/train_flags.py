@@ -32,7 +32,7 @@ def define_flags():
   flags.DEFINE_float("divergence_factor", 10.0, "Stop (exit 3, like a "
                      "NaN) when the mean loss of the last "
                      "--divergence_window steps exceeds this many times the "
-                     "lowest step loss; 0: never.", lower_bound=0.0)
+                     "lowest such mean so far; 0: never.", lower_bound=0.0)
   flags.DEFINE_integer("divergence_window", 100, "Steps averaged for "
                        "--divergence_factor.", lower_bound=1)
   flags.DEFINE_integer("batch_tokens", None, "Tokens per side in a global "

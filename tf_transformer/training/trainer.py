@@ -90,7 +90,7 @@ class TrainOptions:
   # long, counted over resumes; train_steps still bounds it.
   train_minutes: Optional[float] = None
   # Stop when the mean loss of the last `divergence_window` steps exceeds
-  # `divergence_factor` times the lowest step loss (0: never).
+  # `divergence_factor` times the lowest such mean so far (0: never).
   divergence_factor: float = 10.0
   divergence_window: int = 100
 
