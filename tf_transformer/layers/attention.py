@@ -152,7 +152,6 @@ class MultiHeadAttention(PolicyLayer):
     self.output_dense = keras.layers.Dense(d_model, name="output",
                                            dtype=self.dtype_policy)
     self.output_dense.build((None, None, self.num_heads * self.d_v))
-    self.attention.build(query_shape)
 
   def _split_heads(self, x, depth):
     """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
