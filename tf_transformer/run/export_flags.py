@@ -4,6 +4,7 @@ mean."""
 from absl import flags
 
 from tf_transformer.run import translator_flags
+from tf_transformer.serving.export import DTYPES
 
 # Flags that are `Runner.export` arguments of the same name.
 EXPORT_ARGUMENTS = ("checkpoint", "format", "max_input_tokens", "xla",
@@ -27,7 +28,7 @@ def define_flags():
                     "--format=ctranslate2 only: store the weights in this "
                     "type (default float32; CTranslate2 can still quantize "
                     "at load).")
-  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+  flags.DEFINE_enum("dtype", "float32", list(DTYPES),
                     "--format=saved_model: the weights' and matmuls' type. "
                     "bfloat16 halves the export and the bytes each step "
                     "reads, fast where the CPU has AVX512_BF16 or AMX (or "

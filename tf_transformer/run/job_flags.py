@@ -3,6 +3,7 @@
 from absl import flags
 
 from tf_transformer.run.main_job import TASKS
+from tf_transformer.serving.export import DTYPES
 
 # Flags that are `run_job` arguments of the same name (--task is task_name).
 JOB_ARGUMENTS = ("work_dir", "export_dir", "data_dir", "config", "hparams",
@@ -34,7 +35,7 @@ def define_flags():
   flags.DEFINE_integer("average_checkpoints", 5, "Checkpoints averaged.")
   flags.DEFINE_integer("num_examples", 8, "Test sentences shown at the end.")
   flags.DEFINE_integer("seed", 0, "Seed of data, initialization and order.")
-  flags.DEFINE_enum("export_dtype", "float32", ["float32", "bfloat16"],
+  flags.DEFINE_enum("export_dtype", "float32", list(DTYPES),
                     "The export's weights and matmuls (bin/export.py "
                     "--dtype).")
   flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "

@@ -197,8 +197,9 @@ class Runner:
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
       raise ValueError("--quantization: only with --format=ctranslate2")
-    if dtype not in ("float32", "bfloat16"):
-      raise ValueError(f"--dtype={dtype}: expected float32 or bfloat16")
+    if dtype not in export_lib.DTYPES:
+      raise ValueError(f"--dtype={dtype}: expected one of "
+                       f"{', '.join(export_lib.DTYPES)}")
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
                        "(CTranslate2 stores its types by --quantization)")

@@ -27,6 +27,8 @@ from absl import logging
 
 from tf_transformer.decoding.translation_module import TranslationModule
 
+# What an export's weights and matmuls may be (bin/export.py --dtype).
+DTYPES = ("float32", "bfloat16")
 # /proc/cpuinfo flags of the instructions that multiply bfloat16 natively.
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
