@@ -11,6 +11,7 @@ from tf_transformer import build_model
 from tf_transformer import get_config
 from tf_transformer.data import numbers
 from tf_transformer.decoding.ct2_runtime import CT2Decoder
+from tf_transformer.decoding.scoring import Scorer
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.serving import ct2_export
 from tf_transformer.decoding.translation_module import TranslationModule
@@ -138,3 +139,21 @@ def test_scripts_take_either_export(trained, tmp_path):
   assert neither.returncode == 1
   assert "neither a SavedModel (saved_model.pb) nor a CTranslate2" in (
       neither.stderr)
+
+
+def test_scorer_gives_what_the_savedmodel_signature_gives(trained, tmp_path):
+  """bin/score.py's two engines: CTranslate2's `score_batch` and the
+  `score` signature's graph agree, long targets cut alike."""
+  model, vocab = run_dir.load_trained_model(str(trained))
+  module = TranslationModule(model, vocab, max_input_tokens=24)
+  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
+                           module.options, max_input_tokens=24)
+  sources = list(SOURCES[:16]) + ["seven"]
+  targets = list(REFERENCES[:16]) + ["sieben " * 100]
+  theirs = Scorer.from_export(path).score(sources, targets)
+  ours = Scorer.from_module(module).score(sources, targets)
+  assert [len(t) for _, t in theirs] == [len(t) for _, t in ours]
+  assert len(ours[-1][1]) == 24 + module.options.max_decode_length_offset + 1
+  for (total, values), (want, want_values) in zip(theirs, ours):
+    assert total == pytest.approx(want, abs=1e-3)
+    np.testing.assert_allclose(values, want_values, atol=1e-4)

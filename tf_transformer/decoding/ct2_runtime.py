@@ -129,8 +129,11 @@ class CT2Decoder:
 
   def token_log_probs(self, texts, targets):
     """log P(y_t | y_<t, X) of each target piece and of the EOS, teacher
-    forced (CTranslate2's `score_batch`)."""
+    forced (CTranslate2's `score_batch`); targets are cut to the longest
+    output the search gives, as the SavedModel's `score` signature cuts
+    them."""
+    longest = self.max_input_tokens + self.options.max_decode_length_offset
     results = self.translator.score_batch(
-        self.pieces(texts), self.processor.encode(list(targets), out_type=str),
-        max_input_length=0)
+        self.pieces(texts), [p[:longest] for p in self.processor.encode(
+            list(targets), out_type=str)], max_input_length=0)
     return [list(r.log_probs) for r in results]

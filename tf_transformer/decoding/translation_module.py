@@ -17,6 +17,12 @@ Functions (each a `tf.function` with an input signature):
   teacher-forced pass, [batch, layers, heads, rows, columns]:
   encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
   alignments and plots like the paper's Figures 3 to 5;
+- `score`: source [batch], target [batch] strings -> log_prob [batch] (log
+  P(target | source), natural log, teacher forced, no length penalty),
+  token_log_probs [batch, T] (each target subword's and the EOS's, 0 as
+  padding) and lengths [batch] (`decoding/scoring.py`); targets are cut to
+  `max_input_tokens` + `max_decode_length_offset` subwords, the longest
+  output the search gives;
 - `source_ids`: text -> the EOS-terminated, PAD-padded ids the others
   search from (what `translate_ids` takes);
 - `count_input_tokens`: each text's subwords before the cut, and the limit.
@@ -44,6 +50,7 @@ import dataclasses
 import tensorflow as tf
 
 from tf_transformer.data import sequences
+from tf_transformer.decoding import scoring
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode_in_buckets
 from tf_transformer.decoding.search import decode_in_parts
@@ -107,10 +114,10 @@ class TranslationModule(tf.Module):
   def _if_not_empty(self, text, fn, empty):
     """fn() for a non-empty batch, else `empty`'s zero-row tensors, with
     static trailing dimensions set from `empty` (tf.cond alone would lose
-    them)."""
+    them); a 0 there stands for a length that varies."""
     results = tf.cond(tf.size(text) > 0, fn, lambda: empty)
     for result, like in zip(tf.nest.flatten(results), tf.nest.flatten(empty)):
-      result.set_shape([None] + like.shape[1:])
+      result.set_shape([None] + [d or None for d in like.shape[1:]])
     return results
 
   def _nbest(self, text):
@@ -165,6 +172,19 @@ class TranslationModule(tf.Module):
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def attention(self, text):
     return self._attention(_checked(text))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+  def score(self, source, target):
+    source, target = _checked(source), _checked(target)
+    tf.debugging.assert_equal(
+        tf.size(source), tf.size(target),
+        message="score: source and target must hold as many strings")
+    empty = {"log_prob": tf.zeros([0]), "token_log_probs": tf.zeros([0, 0]),
+             "lengths": tf.zeros([0], tf.int32)}
+    return self._if_not_empty(source, lambda: scoring.score_texts(
+        self.model, self.tokenizer, source, target, self.max_input_tokens,
+        self.max_input_tokens + self.options.max_decode_length_offset),
+                              empty)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def source_ids(self, text):

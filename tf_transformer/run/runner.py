@@ -24,6 +24,7 @@ from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import sources
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
+from tf_transformer.decoding.scoring import Scorer
 from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.model import build_model
@@ -244,6 +245,16 @@ def open_translator(model=None, model_dir=None, **decoding) -> Translator:
                        "export; re-export, or use the run")
     return Translator.from_export(model)
   return Runner(model_dir).translator(**decoding)
+
+
+def open_scorer(model) -> Scorer:
+  """A `Scorer` (log P(target | source), teacher forced) over `model`: a
+  SavedModel version, a CTranslate2 directory, or a run (a directory with
+  config.json, its newest checkpoint). Raises FileNotFoundError or
+  ValueError."""
+  if os.path.exists(os.path.join(model, run_dir.CONFIG)):
+    return Scorer.from_module(loading.translation_module(model))
+  return Scorer.from_export(model)
 
 
 def attention(sentence, model=None, model_dir=None) -> dict:

@@ -6,7 +6,10 @@ the layout TF Serving watches, with these signatures:
 - `serving_default`: text [batch] string -> translation, score;
 - `nbest`: text -> translations [batch, n], scores [batch, n];
 - `ids`: source_ids [batch, length] int32 -> target_ids, score;
-- `attention`: text -> translation, tokens and attention weights.
+- `attention`: text -> translation, tokens and attention weights;
+- `score`: source, target [batch] strings -> log_prob [batch],
+  token_log_probs [batch, T], lengths [batch]: log P(target | source) under
+  teacher forcing, to rerank or filter (`decoding/scoring.py`).
 
 `count_input_tokens` and `source_ids` are saved too, as functions (TF
 Serving does not expose them; bin/translate.py uses the first to warn about
@@ -70,7 +73,8 @@ def export(module: TranslationModule, export_dir: str) -> str:
   try:
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve, "nbest": module.nbest,
-        "ids": module.translate_ids, "attention": module.attention})
+        "ids": module.translate_ids, "attention": module.attention,
+        "score": module.score})
   finally:
     absl_logger.setLevel(level)
   return path

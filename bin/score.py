@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Scores given translations: the log-probability the model gives each
+target line for its source line (forced decoding), to rerank n-best lists,
+filter noisy parallel data, or compare models on the same references.
+
+  bin/score.py --model=saved_models/numbers/1 --source=test.en --target=test.de
+  bin/score.py --model=/tmp/numbers_avg --source=src.txt --target=hyp.txt --tokens
+
+--model is a SavedModel version (its `score` signature), a CTranslate2
+directory (`score_batch`) or a run directory (its newest checkpoint). Each
+line of output answers one pair: LOG_PROB<TAB>TOKENS, where LOG_PROB is
+log P(target | source), natural log, summed over the target's subwords and
+its end-of-sentence token under teacher forcing, with no length penalty,
+and TOKENS is how many were scored; --tokens adds a third field, the
+per-token values separated by spaces. Sources are cut to the model's input
+limit and targets to input limit + max_length_offset subwords, as
+translation cuts them.
+
+Exit status: 0 scored; 1 bad flags or model; 2 bad input files (one line
+naming them).
+"""
+
+import sys
+
+from absl import flags
+
+from tf_transformer import command
+from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.errors import DataError
+from tf_transformer.decoding.scoring import output_line
+from tf_transformer.progress import Progress
+from tf_transformer.run import runner
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", None, "A SavedModel version (NAME/VERSION), a "
+                    "CTranslate2 directory, or a run directory.")
+flags.DEFINE_string("source", None, "Source sentences, one per line.")
+flags.DEFINE_string("target", None, "Their translations to score, "
+                    "line-aligned.")
+flags.DEFINE_string("output", None, "Output file (default: stdout).")
+flags.DEFINE_bool("tokens", False, "Add each target token's log-probability "
+                  "(its subwords', then the end-of-sentence token's).")
+flags.DEFINE_integer("batch_size", 32, "Pairs per batch.", lower_bound=1)
+flags.mark_flags_as_required(["model", "source", "target"])
+
+
+def main(argv):
+  del argv
+  try:
+    sources, targets = read_lines(FLAGS.source), read_lines(FLAGS.target)
+    if len(sources) != len(targets):
+      raise DataError(f"--source={FLAGS.source} has {len(sources)} lines but "
+                      f"--target={FLAGS.target} has {len(targets)}; the "
+                      "files must be line-aligned")
+    scorer = runner.open_scorer(FLAGS.model)
+    with Progress("scored", len(sources), "pairs") as progress:
+      results = scorer.score(sources, targets, FLAGS.batch_size, progress)
+  except DataError as e:
+    print(f"score: error: {e}", file=sys.stderr)
+    return 2
+  except (OSError, ValueError, ImportError) as e:
+    print(f"score: error: {e}", file=sys.stderr)
+    return 1
+  output = (open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output
+            else sys.stdout)
+  with output:
+    output.write("".join(output_line(total, values, FLAGS.tokens) + "\n"
+                         for total, values in results))
+  return 0
+
+
+if __name__ == "__main__":
+  command.run(main)
