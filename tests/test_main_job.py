@@ -3,6 +3,7 @@ call) runs every stage in process and returns what each stage produced.
 (Short runs: the full jobs' figures are in docs/recipes.md.)"""
 
 import gzip
+import json
 import os
 
 import numpy as np
@@ -50,6 +51,18 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
   summary = "\n".join(main_job.summary(first))
   assert "trained    tiny model to step 30, last loss " in summary
   assert "averaged   2 checkpoints: ckpt-27, ckpt-30" in summary
+  # The export is the average or the run's best checkpoint by dev, whichever
+  # scored higher there, and the summary says which and why.
+  best = json.loads((work / "run" / "best" / "best.json").read_text())
+  assert best["step"] in (10, 20, 30) and best["metric"] == "bleu"
+  export_command = dict(announced)["export"]
+  if first.chosen.startswith("the best checkpoint"):
+    assert f"--model_dir={work}/run --checkpoint=best" in export_command
+    assert f"step {best['step']} (dev BLEU" in first.chosen
+  else:
+    assert first.chosen.startswith("the average of the last 2 checkpoints")
+    assert f"--model_dir={work}/averaged" in export_command
+  assert f"chose      {first.chosen}" in summary
 
   # Again, as a user reruns it: the finished training and the vocabulary
   # are reused, and the next version is exported, in bfloat16 this time.

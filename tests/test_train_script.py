@@ -134,7 +134,7 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
               "gradient_norm", "_hparams_/session_start_info"):
     assert tag in train_tags, (tag, train_tags)
   dev_tags = _tags(model_dir / "dev")
-  for tag in ("loss", "nll", "perplexity", "bleu_greedy", "exact_match",
+  for tag in ("loss", "nll", "perplexity", "bleu", "exact_match",
               "sample_translations", "attention/encoder_self",
               "attention/decoder_self", "attention/encoder_decoder"):
     assert tag in dev_tags, (tag, dev_tags)
@@ -166,6 +166,11 @@ def test_flag_errors_are_clear(tmp_path):
       result.stderr
   assert "flags:" not in result.stderr + result.stdout  # one line, no help
   result = run_script("train.py", f"--model_dir={tmp_path}", "--config=tiny",
+                      "--early_stopping=5", "--eval_every_steps=0")
+  assert result.returncode == 1
+  assert ("--early_stopping=5 counts dev evaluations: it needs "
+          "--eval_every_steps > 0") in result.stderr
+  result = run_script("train.py", f"--model_dir={tmp_path}", "--config=tiny",
                       "--dataset=", "--train_source=/nonexistent.en",
                       "--train_target=/nonexistent.de")
   assert result.returncode == 2
@@ -178,7 +183,9 @@ def test_flag_errors_are_clear(tmp_path):
   result = run_script("train.py", "--help")
   assert result.returncode == 0
   for flag in ("--dataset", "--train_source", "--dev_source", "--max_length",
-               "--batch_tokens", "--[no]allow_recipe_change"):
+               "--batch_tokens", "--[no]allow_recipe_change",
+               "--early_stopping", "--early_stopping_min_delta",
+               "--best_metric", "--eval_decoding", "--init_from"):
     assert f"\n  {flag}:" in result.stdout, flag
   result = run_script("train.py", "--no_such_flag")
   assert result.returncode == 1

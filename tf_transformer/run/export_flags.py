@@ -13,8 +13,10 @@ EXPORT_ARGUMENTS = ("checkpoint", "format", "max_input_tokens", "xla",
 
 def define_flags():
   flags.DEFINE_string("model_dir", None, "A training run or an averaged one.")
-  flags.DEFINE_string("checkpoint", None, "A checkpoint path (default: the "
-                      "newest in --model_dir).")
+  flags.DEFINE_string("checkpoint", None, "A checkpoint path, or 'best': "
+                      "the run's best by dev BLEU (or loss, --best_metric "
+                      "of bin/train.py), kept in MODEL_DIR/best/ (default: "
+                      "the newest in --model_dir).")
   flags.DEFINE_string("export_dir", None, "saved_models/NAME; the version "
                       "folder is added.")
   translator_flags.define_decoding_flags()

@@ -1,5 +1,6 @@
 """The main job as one in-process call (`run_job`): build the vocabulary,
-train, average the last checkpoints, export a SavedModel for TF Serving,
+train, average the last checkpoints, export a SavedModel for TF Serving of
+the average or of the best checkpoint by dev (whichever scores higher there),
 score dev and test through it, and translate examples through it next to
 their references. bin/main_job.py is its flags and its printout.
 
@@ -26,6 +27,7 @@ from tf_transformer.decoding.translator import Translator
 from tf_transformer.decoding.translator import one_line
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
+from tf_transformer.training import best as best_lib
 from tf_transformer.training import checkpoints
 
 
@@ -65,6 +67,7 @@ class JobResult:
   config: str
   training: dict  # Runner.train's result
   averaged: runner_lib.Averaged
+  chosen: str  # which weights were exported, and why (a line)
   export: str  # the SavedModel version
   decoding: DecodingOptions  # the export's search
   export_dtype: str  # its weights' and matmuls' type
@@ -205,18 +208,23 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   times["average"] = time.time() - start
 
   start = time.time()
+  export_from, export_flags, chosen = _choose(run_dir, averaged_dir,
+                                              len(averaged.checkpoints))
+  times["choose"] = time.time() - start
+
+  start = time.time()
   dtype_flag = ([] if export_dtype == "float32"
                 else [f"--dtype={export_dtype}"])
-  announce("export", _command("export.py", f"--model_dir={averaged_dir}",
+  announce("export", _command("export.py", *export_flags,
                               f"--export_dir={export_dir}", *dtype_flag))
 
   def export_warning(text):  # the export's stages are not announced
     if text.startswith("warning:"):
       announce("export", text)
-  export = runner_lib.Runner(averaged_dir).export(
+  export = runner_lib.Runner(export_from).export(
       export_dir, dtype=export_dtype, on_stage=export_warning)
   decoding = DecodingOptions.from_config(
-      run_dir_lib.load_config(averaged_dir))
+      run_dir_lib.load_config(export_from))
   times["export"] = time.time() - start
 
   start = time.time()
@@ -242,9 +250,39 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
                                  f"--input={texts['test'][0]}"))
   translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
   times["translate"] = time.time() - start
-  return JobResult(task_name, config_name, training, averaged, export,
+  return JobResult(task_name, config_name, training, averaged, chosen, export,
                    decoding, export_dtype, texts, scores,
                    list(zip(sources, translations, references)), times)
+
+
+def _choose(run_dir, averaged_dir, averaged_count):
+  """(the model directory to export, its bin/export.py flags, a line
+  saying why): the average of the last checkpoints, or the run's best
+  checkpoint by dev (MODEL_DIR/best/) where that scores higher on dev, both
+  scored as training scored dev (BLEU, then exact match)."""
+  best = best_lib.read_best(run_dir)
+  average = f"the average of the last {averaged_count} checkpoints"
+  if not best:
+    return averaged_dir, [f"--model_dir={averaged_dir}"], (
+        f"{average} (no dev evaluation kept a best checkpoint)")
+  evaluation = best.get("evaluation", {})
+  averaged_dev = runner_lib.Runner(averaged_dir).dev_scores(
+      decoding=evaluation.get("decoding", "greedy"),
+      max_sentences=evaluation.get("max_sentences", 0))
+  rank = lambda dev: (dev["bleu"], dev["exact_match"])
+  scored = (f"dev BLEU {averaged_dev['bleu']:.2f}, exact match "
+            f"{averaged_dev['exact_match']:.4f}", f"dev BLEU "
+            f"{best['dev']['bleu']:.2f}, exact match "
+            f"{best['dev']['exact_match']:.4f}")
+  how = f"{evaluation.get('decoding', 'greedy')} search"
+  if rank(best["dev"]) > rank(averaged_dev):
+    return os.path.join(run_dir, best_lib.BEST_DIR), [
+        f"--model_dir={run_dir}", "--checkpoint=best"], (
+            f"the best checkpoint, step {best['step']} ({scored[1]}), over "
+            f"{average} ({scored[0]}; {how})")
+  return averaged_dir, [f"--model_dir={averaged_dir}"], (
+      f"{average} ({scored[0]}), over the best checkpoint, step "
+      f"{best['step']} ({scored[1]}; {how})")
 
 
 def _command(script, *args):
@@ -268,6 +306,7 @@ def summary(result: JobResult):
   lines.append(f"averaged   {len(result.averaged.checkpoints)} checkpoints: "
                + ", ".join(os.path.basename(p)
                            for p in result.averaged.checkpoints))
+  lines.append(f"chose      {result.chosen}")
   d = result.decoding
   lines.append(f"exported   {result.export} ({d.method} "
                f"{d.beam_size}, alpha {d.length_penalty_alpha}"

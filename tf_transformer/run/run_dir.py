@@ -62,10 +62,14 @@ def load(model_dir):
 
 def load_trained_model(model_dir, checkpoint=None):
   """(model, vocabulary) with every model weight read from `checkpoint`
-  (default: the newest in `model_dir`, e.g. an averaged directory)."""
+  (default: the newest in `model_dir`, e.g. an averaged directory; "best":
+  the run's best by dev, `training/best.py`)."""
   from tf_transformer.model import build_model  # pylint: disable=g-import-not-at-top
+  from tf_transformer.training import best  # pylint: disable=g-import-not-at-top
   config, vocabulary = load(model_dir)
   model = build_model(config)
+  if checkpoint == "best":
+    checkpoint = best.best_checkpoint(model_dir)
   path = checkpoint or tf.train.latest_checkpoint(model_dir)
   if not path:
     raise FileNotFoundError(f"{model_dir}: no checkpoint")

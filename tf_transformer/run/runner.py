@@ -35,6 +35,8 @@ from tf_transformer.serving import ct2_export
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
+from tf_transformer.training import best as best_lib
+from tf_transformer.training import evaluator
 from tf_transformer.training import trainer as trainer_lib
 from tf_transformer.training.checkpoints import average_checkpoints
 
@@ -204,6 +206,8 @@ class Runner:
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
                        "(CTranslate2 stores its types by --quantization)")
+    if checkpoint == "best":
+      checkpoint = best_lib.best_checkpoint(self.model_dir)
     model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
                                                  **decoding)
     on_stage(f"restored the weights of {checkpoint or self.model_dir}")
@@ -225,6 +229,18 @@ class Runner:
     path = export_lib.export(module, export_dir)
     on_stage(f"wrote {path}")
     return path
+
+  def dev_scores(self, checkpoint=None, decoding="greedy",
+                 max_sentences=0) -> dict:
+    """{"bleu", "exact_match"} of `checkpoint` (default: the newest) on the
+    run's dev split, scored as training scores it (`training.evaluator`):
+    `decoding` "greedy" or "beam", the first `max_sentences` if > 0."""
+    model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
+                                                 method=decoding)
+    pairs = evaluator.dev_pairs(run_dir.load_spec(self.model_dir),
+                                max_sentences)
+    return evaluator.translation_scores(
+        evaluator.best_ids_fn(model, options), vocabulary, pairs)[0]
 
   def translator(self, checkpoint=None, **decoding) -> Translator:
     """An in-process translator over `checkpoint` (default: the newest)."""
@@ -317,9 +333,17 @@ def describe_training(result, train_minutes=None):
              else "")
     lines = [f"already trained to step {result['step']}{spent}: nothing to "
              "do"]
+  if result.get("stopped_early"):
+    lines.append(f"{result['stopped_early']}; saved {result['checkpoint']}")
   if result["dev"]:
     lines.append("dev: " + " ".join(f"{k}={v:.4f}"
                                     for k, v in result["dev"].items()))
+  best = result.get("best")
+  if best:
+    lines.append(f"best dev checkpoint: step {best['step']} (" + " ".join(
+        f"{k}={v:.4f}" for k, v in best["metrics"].items())
+                 + f"), kept in {best['directory']} (export it with "
+                 "--checkpoint=best)")
   return lines + [f"weights_fingerprint={result['weights_fingerprint']:.6f}"]
 
 

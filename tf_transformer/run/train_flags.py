@@ -12,7 +12,8 @@ TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "keep_checkpoints", "eval_every_steps", "eval_max_sentences",
                  "log_every_steps", "seed", "jit_compile_step", "xla_loss",
                  "log_gradient_norm", "train_minutes", "divergence_factor",
-                 "divergence_window")
+                 "divergence_window", "eval_decoding", "best_metric",
+                 "early_stopping", "early_stopping_min_delta")
 
 
 def define_flags():
@@ -66,9 +67,26 @@ def define_flags():
                        "--keep_checkpoints may not be below it.")
   flags.DEFINE_integer("eval_every_steps", 1000, "Dev loss, BLEU and samples "
                        "period; 0 turns it off.")
-  flags.DEFINE_integer("eval_max_sentences", 200, "Dev sentences translated "
-                       "for "
-                       "BLEU at each evaluation.")
+  flags.DEFINE_integer("eval_max_sentences", 0, "Translate only the first "
+                       "N dev sentences for dev BLEU; 0: the whole dev set "
+                       "(batched by tokens).", lower_bound=0)
+  flags.DEFINE_enum("eval_decoding", "greedy", ["greedy", "beam"],
+                    "The search that translates dev for BLEU: greedy, or "
+                    "the config's beam search (what the export will do; "
+                    "slower).")
+  flags.DEFINE_enum("best_metric", "bleu", ["bleu", "loss"],
+                    "Keep the checkpoint with the best dev BLEU (or the "
+                    "lowest dev loss) in MODEL_DIR/best/, apart from the "
+                    "rolling --keep_checkpoints; bin/export.py "
+                    "--checkpoint=best exports it.")
+  flags.DEFINE_integer("early_stopping", 0, "Stop after this many dev "
+                       "evaluations in a row without an improvement of "
+                       "--best_metric by --early_stopping_min_delta; 0: "
+                       "never.", lower_bound=0)
+  flags.DEFINE_float("early_stopping_min_delta", 0.0, "The smallest change "
+                     "of --best_metric (BLEU points, or loss) that counts "
+                     "as an improvement for --early_stopping.",
+                     lower_bound=0.0)
   flags.DEFINE_integer("log_every_steps", 100, "Progress line period.")
   flags.DEFINE_bool("log_gradient_norm", True, "Measure the aggregated "
                     "gradient "
@@ -123,6 +141,10 @@ def flag_errors(values=None):
         f"--keep_checkpoints={values.keep_checkpoints} is below "
         f"--average_checkpoints={values.average_checkpoints}: the "
         "checkpoints to average would be deleted")
+  if values.early_stopping and not values.eval_every_steps:
+    errors.append(
+        f"--early_stopping={values.early_stopping} counts dev evaluations: "
+        "it needs --eval_every_steps > 0")
   if values.distribution == "multi_worker" and (
       values.checkpoint_every_secs or not values.checkpoint_every_steps):
     errors.append(

@@ -30,7 +30,7 @@ logging.get_absl_logger().addFilter(
 # What a save killed midway leaves: TensorFlow's shard folder, its atomic
 # write of the index file, and run_dir's atomic writes.
 STRAY_PATTERNS = ("ckpt-*_temp", "checkpoint.tmp*", "*.json.tmp",
-                  "train_flags.txt.tmp")
+                  "train_flags.txt.tmp", "best/*.tmp", "best/checkpoint.tmp*")
 
 
 class CheckpointError(RuntimeError):

@@ -3,9 +3,11 @@
 
 On every worker, the dev loss and perplexity under teacher forcing (the
 distributed step the Trainer compiled); on the chief, sacrebleu BLEU and
-exact match of greedy translations of the first dev sentences, a few samples
+exact match of the dev set's translations (greedy or beam search, batched by
+tokens; `eval_max_sentences` > 0 takes only the first ones), a few samples
 and one sentence's attention weights. All of it goes to the TensorBoard
-summaries and one log line.
+summaries and one log line; `best.DevRecord` keeps the best checkpoint by
+it.
 """
 
 import math
@@ -18,7 +20,31 @@ from tf_transformer import evaluation
 from tf_transformer.data import sequences
 from tf_transformer.data import sources
 from tf_transformer.decoding import text as text_decoding
-from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode
+
+
+def dev_pairs(spec, max_sentences=0):
+  """The dev split's (source, reference) pairs; the first `max_sentences`
+  if > 0."""
+  pairs = list(sources.text_pairs(spec, "dev")())
+  return pairs[:max_sentences] if max_sentences else pairs
+
+
+def best_ids_fn(model, decoding):
+  """source_ids -> the best hypothesis' ids, one trace for every shape."""
+  return tf.function(lambda ids: decode(model, ids, decoding)[0][:, 0],
+                     input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+
+def translation_scores(decode_fn, vocabulary, pairs, batch_tokens=4096):
+  """({"bleu", "exact_match"}, hypotheses) of translating `pairs`' sources
+  with `decode_fn` against their references."""
+  hypotheses = text_decoding.translate(
+      decode_fn, vocabulary, [s for s, _ in pairs], batch_tokens)
+  scores = evaluation.score(hypotheses, [t for _, t in pairs])
+  return {"bleu": scores["bleu"], "exact_match": scores["exact_match"]}, \
+      hypotheses
 
 
 class Evaluator:
@@ -30,16 +56,17 @@ class Evaluator:
   """
 
   def __init__(self, model, vocabulary, spec, strategy, summaries, loss_step,
-               dev_dataset_fn, is_chief, eval_max_sentences=200,
-               max_decode_length_offset=50, label_smoothing=0.1):
+               dev_dataset_fn, is_chief, eval_max_sentences=0,
+               decoding=DecodingOptions(method="greedy"), label_smoothing=0.1,
+               batch_tokens=4096):
     self.model, self.vocabulary, self.spec = model, vocabulary, spec
     self.strategy, self.summaries = strategy, summaries
     self.loss_step, self.dev_dataset_fn = loss_step, dev_dataset_fn
     self.is_chief = is_chief
     self.eval_max_sentences = eval_max_sentences
     self.label_smoothing = label_smoothing
-    self._greedy = tf.function(lambda ids: greedy_search(
-        model, ids, max_decode_length_offset))
+    self.decoding, self.batch_tokens = decoding, batch_tokens
+    self._decode = best_ids_fn(model, decoding)
     self._explained = False  # the dev line's loss vs perplexity
 
   def loss(self):
@@ -54,15 +81,14 @@ class Evaluator:
             "perplexity": math.exp(min(nll_sum / tokens, 50.0))}
 
   def translations(self):
-    """sacrebleu BLEU of greedy translations of the first dev sentences,
-    some samples and one sentence's attention weights."""
-    pairs = list(sources.text_pairs(self.spec, "dev")())[
-        :self.eval_max_sentences]
+    """sacrebleu BLEU of the dev set's translations (the first
+    `eval_max_sentences` if > 0), some samples and one sentence's attention
+    weights."""
+    pairs = dev_pairs(self.spec, self.eval_max_sentences)
     source_texts = [s for s, _ in pairs]
     references = [t for _, t in pairs]
-    hypotheses = text_decoding.translate(self._greedy, self.vocabulary,
-                                         source_texts)
-    scores = evaluation.score(hypotheses, references)
+    scores, hypotheses = translation_scores(
+        self._decode, self.vocabulary, pairs, self.batch_tokens)
     source_ids = sequences.source_ids(self.vocabulary,
                                       tf.constant(source_texts[:1]))
     target_in = sequences.decoder_input(sequences.labels(sequences.subwords(
@@ -70,8 +96,7 @@ class Evaluator:
     attention = self.model.attention_weights(source_ids.to_tensor(),
                                              target_in.to_tensor())
     samples = list(zip(source_texts, references, hypotheses))[:5]
-    return ({"bleu_greedy": scores["bleu"],
-             "exact_match": scores["exact_match"]}, samples, attention)
+    return scores, samples, attention
 
   def __call__(self, step):
     metrics = self.loss()
@@ -87,7 +112,11 @@ class Evaluator:
           "dev: loss is the label-smoothed objective training minimizes "
           "(label_smoothing=%g); nll is the plain negative log-likelihood "
           "per token and perplexity = exp(nll), so perplexity is not "
-          "exp(loss)", self.label_smoothing)
+          "exp(loss); bleu is sacrebleu's on %s of %s search",
+          self.label_smoothing,
+          f"the first {self.eval_max_sentences} sentences"
+          if self.eval_max_sentences else "the whole dev set",
+          self.decoding.method)
     logging.info("step %d dev: %s", step, " ".join(
         f"{k}={v:.4g}" for k, v in metrics.items()))
     return metrics

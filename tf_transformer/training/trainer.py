@@ -12,8 +12,9 @@ short batches too much.
 Nothing is lost: checkpoints hold the model, the optimizer (slots, step) and
 the input position (epoch, batches read in it); each epoch's order is fixed by
 the seed, so a resumed run reads exactly the batches it had not read. A step
-that is due for both saves first and evaluates after, so a kill during
-evaluation loses nothing; a checkpoint is written only when every weight and
+that evaluates saves first, so a kill during evaluation loses nothing and
+the best checkpoint by dev BLEU (or loss) can be kept apart (`best`), which
+also stops a run early when dev stops improving; a checkpoint is written only when every weight and
 optimizer slot is finite; a loss that runs away while finite stops the run
 as a NaN does (`divergence`); a `StopRequest` (SIGTERM, Ctrl-C) saves at the
 next step boundary and returns.
@@ -21,6 +22,7 @@ next step boundary and returns.
 
 import dataclasses
 import math
+import os
 import time
 from typing import Optional
 
@@ -32,11 +34,15 @@ from absl import logging
 from tf_transformer.data import batching
 from tf_transformer.data import errors
 from tf_transformer.data import sources
+from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.model import build_model
 from tf_transformer.special_ids import PAD_ID
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
+from tf_transformer.training.best import BEST_DIR
+from tf_transformer.training.best import DevRecord
+from tf_transformer.training.checkpoints import RUN_FILES
 from tf_transformer.training.checkpoints import Checkpointer
 from tf_transformer.training.checkpoints import checkpoint_paths
 from tf_transformer.training.checkpoints import step_of
@@ -78,7 +84,11 @@ class TrainOptions:
   checkpoint_every_secs: Optional[int] = 600
   keep_checkpoints: int = 20
   eval_every_steps: int = 1000
-  eval_max_sentences: int = 200
+  eval_max_sentences: int = 0  # 0: the whole dev set
+  eval_decoding: str = "greedy"  # or "beam": the config's beam search
+  best_metric: str = "bleu"  # or "loss": what MODEL_DIR/best/ keeps
+  early_stopping: int = 0  # evaluations without improvement; 0: never
+  early_stopping_min_delta: float = 0.0
   log_every_steps: int = 100
   seed: int = 0
   jit_compile_step: bool = False
@@ -138,8 +148,13 @@ class Trainer:
             self._token_pairs("dev"), config.training.batch_tokens,
             options.max_length, shuffle=False),
         self.is_chief, options.eval_max_sentences,
-        config.decoding.max_decode_length_offset,
+        DecodingOptions.from_config(config, method=options.eval_decoding),
         config.training.label_smoothing)
+    self.dev_record = DevRecord(
+        options.model_dir, options.best_metric, options.early_stopping,
+        options.early_stopping_min_delta, RUN_FILES, self.is_chief,
+        evaluation={"decoding": options.eval_decoding,
+                    "max_sentences": options.eval_max_sentences})
     floats = [v for v in self.model.weights + self.optimizer.variables
               if tf.as_dtype(v.dtype).is_floating]
     self._all_finite = tf.function(lambda: tf.reduce_all(
@@ -330,6 +345,8 @@ class Trainer:
       logging.info("resumed from %s at step %d (epoch %d, batch %d)",
                    restored, self.step, int(self.epoch.numpy()),
                    int(self.batch_in_epoch.numpy()))
+    self.dev_record.resume(self.step)
+    stopped_early = self._stopped_early()
     self.summaries.hparams({**self.config.flat(),
                             **dataclasses.asdict(o)})
     self._iterator = self._train_iterator()
@@ -344,7 +361,8 @@ class Trainer:
     stopping = self._stop_agreed(stop)
     time_up = self._time_up(run_start)
     train_steps = self.config.training.train_steps
-    while self.step < train_steps and not (stopping or time_up):
+    while self.step < train_steps and not (stopping or time_up or
+                                           stopped_early):
       loss_sum, nll_sum, tokens, source_tokens, norm = self.train_one_step()
       step = self.step
       loss = loss_sum / max(tokens, 1.0)
@@ -362,12 +380,15 @@ class Trainer:
         window, window_start, window_steps = np.zeros(5), time.time(), 0
       stopping = self._stop_agreed(stop)
       time_up = self._time_up(run_start)
-      if stopping or time_up or self.checkpointer.due(step):
+      evaluating = bool(o.eval_every_steps) and (
+          step % o.eval_every_steps == 0) and not stopping
+      if stopping or time_up or evaluating or self.checkpointer.due(step):
         self.save(step)  # before evaluating: a kill there loses nothing
-      if o.eval_every_steps and step % o.eval_every_steps == 0 and (
-          not stopping):
+      if evaluating:
         metrics = self.evaluate(step)
-    if time_up and window_steps:  # the last steps' line
+        self.dev_record.add(step, metrics, self.checkpointer.latest())
+        stopped_early = self._stopped_early()
+    if (time_up or stopped_early) and window_steps:  # the last steps' line
       self._log(step, window, window_steps, time.time() - window_start,
                 (time.time() - run_start) / max(step - start_step, 1))
     self.save(self.step)
@@ -378,7 +399,24 @@ class Trainer:
             "stopped_by": (stop and stop.signal_name or
                            "a signal to another worker") if stopping else None,
             "time_up": bool(time_up), "train_minutes": self._minutes(),
-            "checkpoint": self.checkpointer.latest()}
+            "checkpoint": self.checkpointer.latest(),
+            "stopped_early": stopped_early, "best": self._best()}
+
+  def _best(self):
+    """The best dev evaluation (step, metrics) and where it is kept."""
+    best = self.dev_record.best
+    return best and dict(best, directory=os.path.join(self.options.model_dir,
+                                                      BEST_DIR))
+
+  def _stopped_early(self):
+    """The early-stopping line once dev stopped improving (`best`), agreed
+    by all workers (the chief alone has BLEU), else None."""
+    reason = self.dev_record.stop_reason()
+    if not self._stop_agreed(None, reason is not None):
+      return None
+    reason = reason or "early stopping: the chief worker's dev scores"
+    logging.info("%s; stopping at step %d", reason, self.step)
+    return reason
 
   def _minutes(self):
     return float(self.train_seconds.numpy()) / 60
