@@ -45,7 +45,7 @@ def main(argv):
                               **job_flags.job_arguments())
   except main_job.JobStopped as e:
     print(f"main_job: {e}", file=sys.stderr)
-    return stop.exit_status or 143
+    command.exit_now(stop.exit_status or 143)  # everything is saved
   except (main_job.JobError, DataError, ValueError, OSError,
           CheckpointError, DivergedError, run_lock.RunLockedError) as e:
     print(f"main_job: error: {e}", file=sys.stderr)

@@ -63,8 +63,8 @@ def main(argv):
     return _fail("stopped at once by a second Ctrl-C, unsaved; the same "
                  "command resumes from the last checkpoint", 130)
   print("\n".join(describe_training(result, FLAGS.train_minutes)))
-  if result["stopped_by"]:
-    return stop.exit_status or 128 + signal.SIGTERM  # another worker's
+  if result["stopped_by"]:  # by our signal or another worker's
+    command.exit_now(stop.exit_status or 128 + signal.SIGTERM)  # all saved
   return 0
 
 

@@ -5,6 +5,11 @@
   bin/translate.py --model_dir=/tmp/numbers_avg --input=src.txt --output=out.txt
 
 With --nbest=N, each input gets N lines `INDEX ||| TRANSLATION ||| SCORE`.
+With --target_prefix=F (one prefix a line, line-aligned with the input; an
+empty line for none), each translation starts with its prefix and the same
+search completes it:
+
+  bin/translate.py --model=saved_models/numbers/1 --input=src.txt --target_prefix=prefixes.txt
 """
 
 import sys
@@ -12,6 +17,8 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
 from tf_transformer.decoding.translator import output_lines
 from tf_transformer.progress import Progress
@@ -21,6 +28,10 @@ translator_flags.define_flags()
 flags.DEFINE_string("input", None, "Input file (default: stdin).")
 flags.DEFINE_string("output", None, "Output file (default: stdout).")
 flags.DEFINE_integer("nbest", 1, "Translations per sentence.")
+flags.DEFINE_string("target_prefix", None, "A file of target prefixes, "
+                    "one a line for each input line (empty: none): each "
+                    "translation starts with its prefix's subwords, and "
+                    "the search completes it (autocompletion, post-editing).")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
 
@@ -31,13 +42,23 @@ def main(argv):
     source = open(FLAGS.input, encoding="utf-8") if FLAGS.input else sys.stdin
     with source:
       texts = [line.rstrip("\r\n") for line in source]
+    prefixes = (read_lines(FLAGS.target_prefix) if FLAGS.target_prefix
+                else None)
+    if prefixes is not None and len(prefixes) != len(texts):
+      raise DataError(
+          f"--target_prefix={FLAGS.target_prefix} has {len(prefixes)} lines "
+          f"but {FLAGS.input or 'stdin'} has {len(texts)}; the files must be "
+          "line-aligned")
     translator = translator_flags.make_translator()
     for warning in translator.input_warnings(
         texts, f"--input={FLAGS.input}" if FLAGS.input else "stdin"):
       print(f"translate: warning: {warning}", file=sys.stderr)
     with Progress("translated", len(texts), "sentences") as progress:
       results = translator.translate(texts, FLAGS.nbest, FLAGS.batch_size,
-                                     progress)
+                                     progress, prefixes)
+  except DataError as e:
+    print(f"translate: error: {e}", file=sys.stderr)
+    return 2
   except (OSError, ValueError, ImportError) as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 1

@@ -52,3 +52,14 @@ def trained_numbers_run(tmp_path_factory):
   run_dir.save(str(model_dir), trainer.config)
   vocabulary().save(str(model_dir))
   return model_dir
+
+
+@pytest.fixture(scope="session")
+def trained_export(trained_numbers_run, tmp_path_factory):
+  """`trained_numbers_run` exported as a SavedModel version (beam 4, an
+  input limit of 24 subwords, above the numbers' longest 18, and outputs of
+  input + 10), once per test process."""
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  return Runner(str(trained_numbers_run)).export(
+      str(tmp_path_factory.mktemp("trained_export") / "numbers"),
+      max_input_tokens=24, max_decode_length_offset=10)

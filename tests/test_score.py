@@ -10,24 +10,20 @@ import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 
 from tf_transformer.data import numbers
 from tf_transformer.run import run_dir
-from tf_transformer.run.runner import Runner
 from conftest import run_script
 from training_helpers import token_log_probs
 
-# Above the longest source here (18 subwords), so that nothing is cut but
-# the long requests.
+# conftest.trained_export's: above the longest source here (18 subwords), so
+# that nothing is cut but the long requests.
 MAX_INPUT_TOKENS, OFFSET = 24, 10
 PAIRS = numbers.generate({"test": 24}, seed=11)["test"]
 SOURCES = [s for s, _ in PAIRS]
 REFERENCES = [t for _, t in PAIRS]
 
 
-@pytest.fixture(scope="module")
-def exported(trained_numbers_run, tmp_path_factory):
-  """The trained fixture exported with a short input limit."""
-  return Runner(str(trained_numbers_run)).export(
-      str(tmp_path_factory.mktemp("saved") / "numbers"),
-      max_input_tokens=MAX_INPUT_TOKENS, max_decode_length_offset=OFFSET)
+@pytest.fixture(name="exported")
+def _exported(trained_export):
+  return trained_export
 
 
 @pytest.fixture(scope="module")

@@ -108,6 +108,19 @@ def run(main):
     raise
 
 
+def exit_now(status):
+  """Ends the process with `status` at once, after flushing its output:
+  for a run stopped by a signal, whose checkpoint, summaries and files are
+  written. The interpreter's own teardown would free TensorFlow's input
+  pipelines first, which waits for the element each is preparing (2 to 26
+  s measured after a SIGTERM or Ctrl-C, by what was in flight)."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  logging.flush()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
 def _asked_for_help(args):
   return any(arg.lstrip("-").split("=")[0] in HELP_FLAGS for arg in args
              if arg.startswith("-"))

@@ -127,6 +127,27 @@ class CT2Decoder:
       scores.append([row_scores[i] for i in order][:n])
     return translations, scores
 
+  def translate_with_prefix(self, texts, prefixes):
+    """(best translations, scores) that start with `prefixes`
+    (CTranslate2's `target_prefix`), scored as `nbest` scores."""
+    sources = self.pieces(texts)
+    if not sources:
+      return [], []
+    longest = self.max_input_tokens + self.options.max_decode_length_offset
+    forced = [p[:longest] for p in self.processor.encode(list(prefixes),
+                                                         out_type=str)]
+    kwargs = dict(self.search_kwargs(sources), num_hypotheses=1)
+    results = self.translator.translate_batch(sources, target_prefix=forced,
+                                              **kwargs)
+    alpha = self.options.length_penalty_alpha
+    translations, scores = [], []
+    for result in results:
+      hypothesis, score = result.hypotheses[0], result.scores[0]
+      length = len(hypothesis) + 1  # and the EOS
+      translations.append(self.processor.decode(hypothesis).encode("utf-8"))
+      scores.append(score * length ** alpha / gnmt_penalty(length, alpha))
+    return translations, scores
+
   def token_log_probs(self, texts, targets):
     """log P(y_t | y_<t, X) of each target piece and of the EOS, teacher
     forced (CTranslate2's `score_batch`); targets are cut to the longest

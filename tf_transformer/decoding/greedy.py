@@ -9,6 +9,7 @@ own log P(Y|X), whatever the temperature, so samples rank like beams.
 
 import tensorflow as tf
 
+from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
 
@@ -18,7 +19,7 @@ def _never_output_mask(vocab_size):
 
 
 def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
-                  output_kernel=None):
+                  output_kernel=None, prefix=None):
   """Returns (ids [batch, length] ending with EOS or cut at the limit, then
   PAD; scores [batch], the log-probability of each output). `max_length`
   (at least every limit) fixes the buffers' length, a static shape for
@@ -28,12 +29,12 @@ def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
     del step
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
   return left_to_right(model, source_ids, most_likely, max_length_offset,
-                       max_length, output_kernel)
+                       max_length, output_kernel, prefix)
 
 
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
                   max_length_offset=50, seed=None, max_length=None,
-                  output_kernel=None):
+                  output_kernel=None, prefix=None):
   """Like `greedy_search`, drawing each token at random. `seed` (an int)
   makes the draws reproducible (stateless random ops); without it each call
   draws anew."""
@@ -55,13 +56,14 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
           dtype=tf.int32)
     return drawn[:, 0]
   return left_to_right(model, source_ids, draw, max_length_offset,
-                       max_length, output_kernel)
+                       max_length, output_kernel, prefix)
 
 
 def left_to_right(model, source_ids, pick, max_length_offset=50,
-                  max_length=None, output_kernel=None):
+                  max_length=None, output_kernel=None, prefix=None):
   """The loop both share: `pick(log_probs [batch, vocab], step) -> [batch]`
-  chooses each next token."""
+  chooses each next token; `prefix` (`decoding/prefix.py`) forces the
+  first ones."""
   fixed_length = max_length is not None
   batch = tf.shape(source_ids)[0]
   memory, source_mask = model.encode(source_ids)
@@ -86,7 +88,10 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   while step < max_length and not tf.reduce_all(finished):
     logits, cache = model.decode(token, None, source_mask, cache=cache,
                                  step=step, output_kernel=output_kernel)
-    log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
+    logits = tf.cast(logits[:, 0], tf.float32)
+    if prefix is not None:
+      logits = prefix_lib.force(logits, step, prefix)
+    log_probs = tf.nn.log_softmax(logits)
     # special_ids.NEVER_OUTPUT: never an output.
     allowed = tf.where(_never_output_mask(tf.shape(log_probs)[-1]),
                        log_probs.dtype.min, log_probs)

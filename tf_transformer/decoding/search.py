@@ -12,6 +12,7 @@ from typing import Optional
 import tensorflow as tf
 
 from tf_transformer.config import DecodingConfig
+from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.beam_search import tile_beams
@@ -80,29 +81,31 @@ class DecodingOptions(DecodingConfig):
 
 
 def decode(model, source_ids, options=DecodingOptions(), max_length=None,
-           output_kernel=None):
+           output_kernel=None, prefix=None):
   """(ids [batch, nbest, length], scores [batch, nbest]), best first, for
   `source_ids` [batch, source_length] (EOS-terminated, PAD-padded).
   `max_length` (at least every sentence's limit) fixes the buffers' length,
   a static shape for XLA; the ids then have `max_length` columns.
   `output_kernel`: the output embedding's stored transpose, for the logits
-  of every step (`Transformer.decode`)."""
+  of every step (`Transformer.decode`). `prefix`: a `prefix.Prefix` of
+  target tokens each output starts with (`decoding/prefix.py`)."""
   if options.method == "beam":
     return model_beam_search(model, source_ids, options.beam_size,
                              options.length_penalty_alpha,
                              options.max_decode_length_offset, max_length,
-                             output_kernel)
+                             output_kernel, prefix)
   n = options.nbest
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
     ids, log_probs = greedy_search(
         model, source_ids, options.max_decode_length_offset, max_length,
-        output_kernel)
+        output_kernel, prefix)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
         options.max_decode_length_offset, options.seed, max_length,
-        output_kernel)
+        output_kernel, prefix and prefix_lib.Prefix(
+            *[tile_beams(x, n) for x in prefix]))
   lengths = _lengths(ids)
   penalty = length_penalty(lengths, options.length_penalty_alpha)
   scores = tf.reshape(log_probs / penalty, [batch, n])
@@ -197,7 +200,7 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
 
 def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
                       max_length_offset=50, max_length=None,
-                      output_kernel=None):
+                      output_kernel=None, prefix=None):
   """(ids [batch, beam, length], scores [batch, beam]) for `source_ids`
   [batch, source_length] (EOS-terminated, PAD-padded). Each output has at
   most its source length + `max_length_offset` tokens; `max_length` fixes
@@ -214,12 +217,17 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   cache = {"decoder": model.initial_cache(memory, max_length,
                                           group_size=beam_size),
            "source_mask": source_mask}
+  if prefix is not None:  # per sentence, as the source mask
+    cache["prefix"] = prefix
   decoder = model.decoder
 
   def symbols_to_logits(ids, step, cache):
     logits, decoder_cache = model.decode(ids, None, cache["source_mask"],
                                          cache=cache["decoder"], step=step,
                                          output_kernel=output_kernel)
+    if prefix is not None:
+      logits = prefix_lib.force(tf.cast(logits[:, -1], tf.float32), step,
+                                cache["prefix"], beam_size)[:, tf.newaxis]
     return logits, dict(cache, decoder=decoder_cache)
 
   def reorder_cache(cache, parents):
@@ -227,8 +235,12 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
                                                      parents))
 
   def select_cache(cache, sentences):
-    return {"decoder": decoder.select_sentences(cache["decoder"], sentences),
-            "source_mask": tf.gather(cache["source_mask"], sentences)}
+    selected = {"decoder": decoder.select_sentences(cache["decoder"],
+                                                    sentences),
+                "source_mask": tf.gather(cache["source_mask"], sentences)}
+    if prefix is not None:
+      selected["prefix"] = prefix_lib.select(cache["prefix"], sentences)
+    return selected
 
   # Under XLA every shape stays static: no sentence leaves the batch.
   compact = not decoding_cache.in_xla()
@@ -236,5 +248,8 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
       symbols_to_logits, cache, batch_size, limits, max_length, beam_size,
       alpha, reorder_cache=reorder_cache,
       select_cache=select_cache if compact else None,
-      cache_batch_axes={"decoder": decoder.sentence_axes(cache["decoder"]),
-                        "source_mask": 0} if compact else None)
+      cache_batch_axes=dict(
+          {"decoder": decoder.sentence_axes(cache["decoder"]),
+           "source_mask": 0},
+          **({} if prefix is None else {"prefix": prefix_lib.Prefix(0, 0)}))
+      if compact else None)

@@ -17,6 +17,10 @@ Functions (each a `tf.function` with an input signature):
   teacher-forced pass, [batch, layers, heads, rows, columns]:
   encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
   alignments and plots like the paper's Figures 3 to 5;
+- `translate_with_prefix`: text [batch], prefix [batch] strings ->
+  translation, score: each translation starts with its prefix's subwords
+  (cut to the output limit) and the same search completes it
+  (`decoding/prefix.py`); an empty prefix gives the plain translation;
 - `score`: source [batch], target [batch] strings -> log_prob [batch] (log
   P(target | source), natural log, teacher forced, no length penalty),
   token_log_probs [batch, T] (each target subword's and the EOS's, 0 as
@@ -50,8 +54,10 @@ import dataclasses
 import tensorflow as tf
 
 from tf_transformer.data import sequences
+from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import scoring
 from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.search import decode_in_buckets
 from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.decoding.search import fixed_shape_decode
@@ -79,6 +85,9 @@ class TranslationModule(tf.Module):
     self.options = options
     self.nbest_size = options.nbest
     self.max_input_tokens = max_input_tokens
+    # The longest output the search gives (EOS aside).
+    self.max_output_tokens = (max_input_tokens
+                              + options.max_decode_length_offset)
     if xla and decode_parts > 1:
       raise ValueError(f"decode_parts={decode_parts} with xla=True: the "
                        "parts' shapes depend on the lengths, which XLA "
@@ -174,6 +183,24 @@ class TranslationModule(tf.Module):
     return self._attention(_checked(text))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+  def translate_with_prefix(self, text, prefix):
+    text, prefix = _checked(text), _checked(prefix)
+    tf.debugging.assert_equal(
+        tf.size(text), tf.size(prefix),
+        message="translate_with_prefix: text and prefix must hold as many "
+        "strings")
+
+    def search():
+      forced = prefix_lib.from_ragged(sequences.subwords(
+          self.tokenizer, prefix)[:, :self.max_output_tokens])
+      ids, scores = decode(self.model, self._encode(text), self.options,
+                           output_kernel=self.output_kernel, prefix=forced)
+      return self.tokenizer.detokenize(ids[:, 0]), scores[:, 0]
+    translation, score = self._if_not_empty(
+        text, search, (tf.zeros([0], tf.string), tf.zeros([0])))
+    return {"translation": translation, "score": score}
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
   def score(self, source, target):
     source, target = _checked(source), _checked(target)
     tf.debugging.assert_equal(
@@ -183,7 +210,7 @@ class TranslationModule(tf.Module):
              "lengths": tf.zeros([0], tf.int32)}
     return self._if_not_empty(source, lambda: scoring.score_texts(
         self.model, self.tokenizer, source, target, self.max_input_tokens,
-        self.max_input_tokens + self.options.max_decode_length_offset),
+        self.max_output_tokens),
                               empty)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])

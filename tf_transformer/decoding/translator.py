@@ -33,10 +33,12 @@ def output_lines(results, nbest_format, show_scores=False, start=0):
 class Translator:
   """`translate(texts) -> [[(translation, score), ...n-best], ...]`."""
 
-  def __init__(self, nbest_fn, nbest_size, count_fn=None):
+  def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None):
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
     self._count_fn = count_fn  # texts -> (subwords per text, input limit)
+    # (texts, prefixes) -> (best translations, their scores)
+    self._prefix_fn = prefix_fn
 
   @classmethod
   def from_export(cls, path, compute_type="default"):
@@ -46,7 +48,7 @@ class Translator:
     if ct2_runtime.is_ct2_model(path):
       decoder = ct2_runtime.CT2Decoder(path, compute_type)
       return cls(decoder.nbest, decoder.nbest_size,
-                 decoder.count_input_tokens)
+                 decoder.count_input_tokens, decoder.translate_with_prefix)
     if tf.saved_model.contains_saved_model(path):
       return cls.from_saved_model(path)
     hint = ""
@@ -69,7 +71,9 @@ class Translator:
       return out["translations"].numpy(), out["scores"].numpy()
     # Exports before count_input_tokens existed cannot say what they cut.
     counts = getattr(loaded, "count_input_tokens", None)
-    return cls(nbest_fn, nbest_size, counts and _count_fn(counts))
+    prefix = loaded.signatures.get("translate_with_prefix")
+    return cls(nbest_fn, nbest_size, counts and _count_fn(counts),
+               prefix and _prefix_fn(prefix))
 
   @classmethod
   def from_module(cls, module):
@@ -79,7 +83,27 @@ class Translator:
       out = module.nbest(tf.constant(texts, tf.string, shape=[len(texts)]))
       return out["translations"].numpy(), out["scores"].numpy()
     return cls(nbest_fn, module.nbest_size,
-               _count_fn(module.count_input_tokens))
+               _count_fn(module.count_input_tokens),
+               _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)))
+
+  def _prefixed(self, texts, nbest, prefixes):
+    """translate's search for a batch at `start`, with its prefixes."""
+    if self._prefix_fn is None:
+      raise ValueError("--target_prefix: this export has no "
+                       "translate_with_prefix signature (exported before it "
+                       "existed): export it again")
+    if nbest != 1:
+      raise ValueError(f"--nbest={nbest} with --target_prefix: a prefix "
+                       "gives one translation a line")
+    if len(prefixes) != len(texts):
+      raise ValueError(f"{len(prefixes)} prefixes for {len(texts)} inputs: "
+                       "the prefix file must be line-aligned with the input")
+
+    def search(batch, start):
+      translations, scores = self._prefix_fn(
+          batch, list(prefixes[start:start + len(batch)]))
+      return ([[t] for t in translations], [[s] for s in scores])
+    return search
 
   def input_warnings(self, texts, name="input", shown=5):
     """What the model will not translate as given: empty lines (the model
@@ -107,21 +131,36 @@ class Translator:
             "lines into sentences")
     return messages
 
-  def translate(self, texts, nbest=1, batch_size=32, progress=None):
-    """`progress`: a `progress.Progress`, told of each translated batch."""
+  def translate(self, texts, nbest=1, batch_size=32, progress=None,
+                prefixes=None):
+    """`progress`: a `progress.Progress`, told of each translated batch.
+    `prefixes` (one a text, "" for none): each translation starts with its
+    prefix, completed by the same search (one translation a text)."""
     if not 1 <= nbest <= self.nbest_size:
       raise ValueError(f"--nbest={nbest}: must be between 1 and the "
                        f"{self.nbest_size} hypotheses this decoding gives "
                        "(the beam size, or --num_samples when sampling)")
+    search = lambda batch, start: self._nbest_fn(batch)
+    if prefixes is not None:
+      search = self._prefixed(texts, nbest, prefixes)
     results = []
     for start in range(0, len(texts), batch_size):
-      decoded, scores = self._nbest_fn(list(texts[start:start + batch_size]))
+      decoded, scores = search(list(texts[start:start + batch_size]), start)
       for row, row_scores in zip(decoded, scores):
         results.append([(t.decode("utf-8"), float(s))
                         for t, s in zip(row[:nbest], row_scores[:nbest])])
       if progress:
         progress.add(len(decoded))
     return results
+
+
+def _prefix_fn(translate_with_prefix):
+  def translate(texts, prefixes):
+    strings = lambda values: tf.constant(values, tf.string,
+                                         shape=[len(values)])
+    out = translate_with_prefix(text=strings(texts), prefix=strings(prefixes))
+    return out["translation"].numpy(), out["score"].numpy()
+  return translate
 
 
 def _count_fn(count_input_tokens):

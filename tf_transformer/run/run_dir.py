@@ -78,6 +78,27 @@ def load_trained_model(model_dir, checkpoint=None):
   return model, vocabulary
 
 
+def run_and_checkpoint(path, flag="--init_from"):
+  """(model directory, checkpoint) of `path`: a model directory (its newest
+  checkpoint; RUN/best is one) or a checkpoint path (its directory must
+  hold the run's config and vocabulary). Raises FileNotFoundError naming
+  `flag`."""
+  if tf.io.gfile.exists(os.path.join(path, CONFIG)):
+    checkpoint = tf.train.latest_checkpoint(path)
+    if not checkpoint:
+      raise FileNotFoundError(f"{flag}={path}: a model directory without a "
+                              "checkpoint")
+    return path, checkpoint
+  if tf.io.gfile.exists(path + ".index"):
+    directory = os.path.dirname(path) or "."
+    if not tf.io.gfile.exists(os.path.join(directory, CONFIG)):
+      raise FileNotFoundError(f"{flag}={path}: its directory has no "
+                              f"{CONFIG}")
+    return directory, path
+  raise FileNotFoundError(f"{flag}={path}: neither a model directory "
+                          f"({CONFIG}) nor a checkpoint (PATH.index)")
+
+
 def wait_for(model_dir, names=(CONFIG, vocabulary_lib.FILENAME),
              timeout_secs=3600):
   """Non-chief workers wait for the chief to write the run files."""

@@ -41,6 +41,8 @@ from tf_transformer.training import trainer as trainer_lib
 from tf_transformer.training.checkpoints import average_checkpoints
 
 STATS_FILE = "data_stats.json"
+# Trainers stopped by a signal, never freed (`Runner.train`).
+_STOPPED_TRAINERS = []
 
 
 @dataclasses.dataclass
@@ -87,12 +89,16 @@ class Runner:
 
   def train(self, config, spec, strategy=None, stop=None, vocab_size=None,
             vocab_model_type="bpe", allow_recipe_change=False,
-            ignore_run_lock=False, flags_text="", **options) -> dict:
+            ignore_run_lock=False, flags_text="", init_from=None,
+            allow_data_change=False, **options) -> dict:
     """Trains `config` on `spec` into the run directory, or resumes it.
 
     A new run builds its vocabulary (or takes the one `prepare` left) and
     saves config, spec and statistics; a resumed one must ask for the same
-    architecture and, unless `allow_recipe_change`, the same recipe.
+    architecture, unless `allow_recipe_change` the same recipe, and unless
+    `allow_data_change` the same training data. `init_from` (another run,
+    or a checkpoint) starts a new run from its model weights, with its
+    vocabulary and architecture and a fresh optimizer, step and schedule.
     `options`: `TrainOptions` fields (steps and batch size are
     `config.training`'s). Returns `Trainer.train`'s result: step, losses, dev
     metrics, checkpoint, stopped_by, time_up, weights_fingerprint.
@@ -103,30 +109,81 @@ class Runner:
     chief = strategy_lib.is_chief(strategy)
     lock = (run_lock.RunLock(self.model_dir, ignore_run_lock) if chief
             else contextlib.nullcontext())
-    train_options = trainer_lib.TrainOptions(model_dir=self.model_dir,
-                                             **options)
+    init_dir, init_checkpoint = (run_dir.run_and_checkpoint(init_from)
+                                 if init_from else (None, None))
+    train_options = trainer_lib.TrainOptions(
+        model_dir=self.model_dir, init_from=init_checkpoint, **options)
     with lock:
+      if init_dir and chief:
+        config = self._fine_tuning_config(config, init_dir, init_from,
+                                          vocab_size)
       config, vocabulary = self._run_config(
           config, spec, chief, vocab_size, vocab_model_type,
           train_options.seed, train_options.max_length, allow_recipe_change,
-          flags_text)
+          flags_text, allow_data_change)
       logging.info("%s on %d replica(s), whole-step XLA %s: %s",
                    type(strategy).__name__, strategy.num_replicas_in_sync,
                    "on" if train_options.jit_compile_step else "off", config)
-      result = trainer_lib.Trainer(config, vocabulary, spec, train_options,
-                                   strategy).train(stop)
+      trainer = trainer_lib.Trainer(config, vocabulary, spec, train_options,
+                                    strategy)
+      result = trainer.train(stop)
+    if result["stopped_by"]:
+      # Freeing a trainer joins its input pipeline's threads, which wait for
+      # the element in flight: 2 to 26 s measured after a stop. A stopped
+      # run's process is about to end (bin/ commands then leave with
+      # `command.exit_now`): keep it.
+      _STOPPED_TRAINERS.append(trainer)
+      return result
+    del trainer
     # The trainer's traced functions stay registered until collected, and
     # make later tracing in this process (an export) three times slower.
     gc.collect()
     return result
 
+  def _fine_tuning_config(self, config, init_dir, init_from, vocab_size):
+    """`config` with `init_dir`'s vocabulary size, after checking that its
+    architecture and vocabulary are the other run's; puts that vocabulary
+    into a new run directory. Raises ValueError naming both."""
+    theirs = run_dir.load_config(init_dir)
+    asked = config.replace(vocab_size=theirs.model.vocab_size).flat()
+    saved = theirs.flat()
+    diff = {k: (saved[k], asked[k]) for k in config_lib.ARCHITECTURE_FIELDS
+            if saved[k] != asked[k]}
+    if diff:
+      raise ValueError(
+          f"--init_from={init_from} has another architecture than asked "
+          f"(theirs, asked): {diff}; leave out --config to take theirs, or "
+          "pass the --config and --hparams it was trained with")
+    vocabulary = vocabulary_lib.Vocabulary.load(init_dir)
+    mine = os.path.join(self.model_dir, vocabulary_lib.FILENAME)
+    if os.path.exists(mine):
+      if vocabulary_lib.Vocabulary.load(mine).model_proto != (
+          vocabulary.model_proto):
+        raise ValueError(
+            f"{mine} is another vocabulary than --init_from={init_from}'s "
+            f"{os.path.join(init_dir, vocabulary_lib.FILENAME)}; fine-tuning "
+            "keeps the vocabulary its weights were trained with: use a new "
+            "--model_dir")
+    else:
+      if vocab_size and vocab_size != theirs.model.vocab_size:
+        raise ValueError(
+            f"--vocab_size={vocab_size}: --init_from={init_from} has "
+            f"{theirs.model.vocab_size} pieces, which fine-tuning keeps; "
+            "leave out --vocab_size")
+      os.makedirs(self.model_dir, exist_ok=True)
+      vocabulary.save(self.model_dir)
+    return config.replace(vocab_size=theirs.model.vocab_size)
+
   def _run_config(self, config, spec, chief, vocab_size, vocab_model_type,
-                  seed, max_length, allow_recipe_change, flags_text):
+                  seed, max_length, allow_recipe_change, flags_text,
+                  allow_data_change=False):
     """(config, vocabulary) of the run: the saved ones when resuming."""
     model_dir = self.model_dir
     if not chief:
       run_dir.wait_for(model_dir)
     if os.path.exists(os.path.join(model_dir, run_dir.CONFIG)):
+      if chief:
+        self._check_same_data(spec, allow_data_change)
       return self._resumed_config(config, chief, allow_recipe_change,
                                   flags_text)
     if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
@@ -148,6 +205,29 @@ class Runner:
             split_stats["dropped_empty_side"])
     run_dir.save(model_dir, config, spec, flags_text, stats)
     return config, vocabulary
+
+  def _check_same_data(self, spec, allow_data_change=False):
+    """Refuses to resume on other training data, where the optimizer state
+    and the step would carry over to it unannounced; with
+    `allow_data_change`, records the new data instead. Raises
+    ValueError."""
+    path = os.path.join(self.model_dir, run_dir.DATA_SPEC)
+    if not os.path.exists(path):
+      return
+    saved, asked = _training_data(run_dir.load_spec(self.model_dir)), (
+        _training_data(spec))
+    diff = {k: (saved[k], asked[k]) for k in saved if saved[k] != asked[k]}
+    if diff and allow_data_change:
+      logging.info("--allow_data_change: resuming on other data (was, "
+                   "now): %s", diff)
+      run_dir.save(self.model_dir, run_dir.load_config(self.model_dir), spec)
+    elif diff:
+      raise ValueError(
+          f"--model_dir={self.model_dir} was trained on other data (saved, "
+          f"asked): {diff}; a resume would carry its optimizer state and "
+          "step over to them. To fine-tune on the new data, start a new "
+          f"--model_dir with --init_from={self.model_dir}; to go on "
+          "training this run on them, add --allow_data_change")
 
   def _resumed_config(self, config, chief, allow_recipe_change, flags_text):
     """The saved run's config, with the asked runtime (and, if allowed,
@@ -345,6 +425,20 @@ def describe_training(result, train_minutes=None):
                  + f"), kept in {best['directory']} (export it with "
                  "--checkpoint=best)")
   return lines + [f"weights_fingerprint={result['weights_fingerprint']:.6f}"]
+
+
+def _training_data(spec) -> dict:
+  """What makes a DataSpec's training pairs what they are (dev and test,
+  the seed and the TFDS folders aside); file paths made absolute."""
+  fields = {name: getattr(spec, name) for name in (
+      "dataset", "train_source", "train_target", "source_language",
+      "target_language")}
+  for name in ("train_source", "train_target"):
+    if fields[name]:
+      fields[name] = os.path.abspath(fields[name])
+  if spec.dataset == "numbers":
+    fields["numbers_train_size"] = spec.numbers_train_size
+  return fields
 
 
 def _write_text(spec, output_dir, splits):

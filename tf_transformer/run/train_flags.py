@@ -4,6 +4,7 @@ from absl import flags
 
 from tf_transformer import config as config_lib
 from tf_transformer.data import data_flags
+from tf_transformer.run import run_dir
 from tf_transformer.training import strategy as strategy_lib
 
 # Flags that are TrainOptions fields of the same name.
@@ -98,6 +99,17 @@ def define_flags():
                     "other training hparams (learning rate, warm-up, dropout, "
                     "label smoothing, batch), keeping the weights; the "
                     "architecture must stay the same.")
+  flags.DEFINE_string("init_from", None, "Fine-tune: start a new run from "
+                      "another run's model weights (a model directory, its "
+                      "newest checkpoint; RUN/best; or a checkpoint path), "
+                      "with its vocabulary and architecture (--config and "
+                      "--hparams default to its config) and a fresh "
+                      "optimizer, step and schedule.")
+  flags.DEFINE_bool("allow_data_change", False, "Resume --model_dir on other "
+                    "training data than it was trained on, keeping its "
+                    "optimizer state and step (to start afresh on new data "
+                    "from its weights, use --init_from in a new "
+                    "--model_dir).")
   flags.DEFINE_bool("ignore_run_lock", False, "Train even though another live "
                     "run holds --model_dir's lock (only if you know it writes "
                     "elsewhere).")
@@ -110,8 +122,16 @@ def config_from_flags(values=None):
   """The preset with --hparams, --xla_attention, --train_steps and
   --batch_tokens applied."""
   values = values or flags.FLAGS
-  config = config_lib.get_config(values.config, values.hparams,
-                                 xla_attention=values.xla_attention)
+  if values.init_from and not values["config"].present:
+    # Fine-tuning: the other run's config, with --hparams on top.
+    theirs = run_dir.load_config(run_dir.run_and_checkpoint(
+        values.init_from)[0]).flat()
+    config = config_lib.TransformerConfig.from_flat({
+        **theirs, **config_lib.parse_overrides(values.hparams),
+        "xla_attention": values.xla_attention})
+  else:
+    config = config_lib.get_config(values.config, values.hparams,
+                                   xla_attention=values.xla_attention)
   if values.train_steps:
     config = config.replace(train_steps=values.train_steps)
   if values.batch_tokens:
@@ -126,6 +146,8 @@ def train_arguments(values=None) -> dict:
   return dict(
       vocab_size=values.vocab_size, vocab_model_type=values.vocab_model_type,
       allow_recipe_change=values.allow_recipe_change,
+      init_from=values.init_from,
+      allow_data_change=values.allow_data_change,
       ignore_run_lock=values.ignore_run_lock,
       flags_text=values.flags_into_string(),
       mixed_precision=values.mixed_precision or None,

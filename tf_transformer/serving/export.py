@@ -7,6 +7,8 @@ the layout TF Serving watches, with these signatures:
 - `nbest`: text -> translations [batch, n], scores [batch, n];
 - `ids`: source_ids [batch, length] int32 -> target_ids, score;
 - `attention`: text -> translation, tokens and attention weights;
+- `translate_with_prefix`: text, prefix [batch] strings -> translation,
+  score: translations that start with the given prefix (autocompletion);
 - `score`: source, target [batch] strings -> log_prob [batch],
   token_log_probs [batch, T], lengths [batch]: log P(target | source) under
   teacher forcing, to rerank or filter (`decoding/scoring.py`).
@@ -74,7 +76,8 @@ def export(module: TranslationModule, export_dir: str) -> str:
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve, "nbest": module.nbest,
         "ids": module.translate_ids, "attention": module.attention,
-        "score": module.score})
+        "score": module.score,
+        "translate_with_prefix": module.translate_with_prefix})
   finally:
     absl_logger.setLevel(level)
   return path

@@ -5,8 +5,9 @@ SIGINT only records the request, and the training loop, which checks it after
 every step, saves a checkpoint at that step boundary and returns; the script
 then exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT),
 the status shells give a process ended by that signal, so a scheduler sees
-"stopped, restart me" and never "finished". A second Ctrl-C stops at once,
-without saving.
+"stopped, restart me" and never "finished", within about a second of the
+signal (`command.exit_now`). A second Ctrl-C stops at once, without
+saving.
 
 TensorFlow's `PreemptionCheckpointHandler` does this for SIGTERM alone, with
 its own checkpoint and exit; here Ctrl-C gets the same treatment and the

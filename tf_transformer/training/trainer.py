@@ -103,6 +103,10 @@ class TrainOptions:
   # `divergence_factor` times the lowest such mean so far (0: never).
   divergence_factor: float = 10.0
   divergence_window: int = 100
+  # A checkpoint whose model weights start a new run (fine-tuning): the
+  # optimizer, step and schedule start afresh; ignored once the run has a
+  # checkpoint of its own.
+  init_from: Optional[str] = None
 
 
 class Trainer:
@@ -345,6 +349,8 @@ class Trainer:
       logging.info("resumed from %s at step %d (epoch %d, batch %d)",
                    restored, self.step, int(self.epoch.numpy()),
                    int(self.batch_in_epoch.numpy()))
+    elif o.init_from:
+      self._initialize_from(o.init_from)
     self.dev_record.resume(self.step)
     stopped_early = self._stopped_early()
     self.summaries.hparams({**self.config.flat(),
@@ -417,6 +423,14 @@ class Trainer:
     reason = reason or "early stopping: the chief worker's dev scores"
     logging.info("%s; stopping at step %d", reason, self.step)
     return reason
+
+  def _initialize_from(self, checkpoint):
+    """Reads the model weights (nothing else) of another run's checkpoint;
+    every weight of this model must be in it."""
+    tf.train.Checkpoint(model=self.model).read(checkpoint).expect_partial(
+        ).assert_existing_objects_matched()
+    logging.info("initialized the model weights from %s; the optimizer, "
+                 "step and learning rate schedule start afresh", checkpoint)
 
   def _minutes(self):
     return float(self.train_seconds.numpy()) / 60

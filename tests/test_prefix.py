@@ -1,0 +1,124 @@
+"""Decoding with a target prefix (`translate_with_prefix`, bin/translate.py
+--target_prefix): outputs start with the prefix, an empty prefix gives
+exactly the plain translation, and scores stay the model's."""
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
+
+from tf_transformer.data import numbers
+from tf_transformer.decoding.beam_search import length_penalty
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.run import run_dir
+from conftest import run_script
+
+PAIRS = numbers.generate({"test": 16}, seed=5)["test"]
+SOURCES = [s for s, _ in PAIRS]
+REFERENCES = [t for _, t in PAIRS]
+
+
+def _strings(values):
+  return tf.constant(values, tf.string, shape=[len(values)])
+
+
+def _prefixes(vocab, texts, pieces):
+  """The first `pieces` subwords of each text, as text."""
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  return [processor.decode(p[:pieces]) for p in
+          processor.encode(texts, out_type=str)]
+
+
+@pytest.fixture(scope="module")
+def loaded(trained_export):
+  return tf.saved_model.load(trained_export)
+
+
+def test_empty_prefix_gives_exactly_the_plain_translation(loaded):
+  plain = loaded.signatures["serving_default"](text=_strings(SOURCES))
+  out = loaded.signatures["translate_with_prefix"](
+      text=_strings(SOURCES), prefix=_strings([""] * len(SOURCES)))
+  np.testing.assert_array_equal(out["translation"], plain["translation"])
+  np.testing.assert_array_equal(out["score"], plain["score"])
+
+
+def test_outputs_start_with_the_prefix_and_keep_the_models_scores(
+    trained_numbers_run, loaded):
+  _, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  # Another sentence's first subwords: a prefix the model would not choose.
+  prefixes = _prefixes(vocab, REFERENCES[1:] + REFERENCES[:1], 2)
+  out = loaded.signatures["translate_with_prefix"](
+      text=_strings(SOURCES), prefix=_strings(prefixes))
+  translations = [t.decode() for t in out["translation"].numpy()]
+  assert all(t.startswith(p) for t, p in zip(translations, prefixes))
+  plain = loaded.signatures["serving_default"](text=_strings(SOURCES))
+  # Wrong prefixes cost probability (not on every line: beam search is
+  # not exact, and a forced start can lead it to a better hypothesis).
+  assert np.mean(out["score"]) < np.mean(plain["score"]) - 1.0
+  # Each score is the model's log P(translation) / length penalty, the
+  # forced subwords' probabilities included.
+  scored = loaded.signatures["score"](source=_strings(SOURCES),
+                                      target=out["translation"])
+  penalty = length_penalty(tf.cast(scored["lengths"], tf.float32), 0.6)
+  np.testing.assert_allclose(out["score"], scored["log_prob"] / penalty,
+                             atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["greedy", "sample"])
+def test_left_to_right_searches_take_a_prefix_too(trained_numbers_run,
+                                                  method):
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  module = TranslationModule(model, vocab, DecodingOptions(
+      method=method, seed=1 if method == "sample" else None,
+      max_decode_length_offset=10))
+  prefixes = _prefixes(vocab, REFERENCES[::-1], 3)
+  out = module.translate_with_prefix(_strings(SOURCES), _strings(prefixes))
+  assert all(t.decode().startswith(p)
+             for t, p in zip(out["translation"].numpy(), prefixes))
+  if method == "greedy":
+    plain = module.serve(_strings(SOURCES))
+    empty = module.translate_with_prefix(_strings(SOURCES),
+                                         _strings([""] * len(SOURCES)))
+    np.testing.assert_array_equal(empty["translation"], plain["translation"])
+
+
+def test_odd_requests_get_defined_answers(loaded):
+  signature = loaded.signatures["translate_with_prefix"]
+  empty = signature(text=_strings([]), prefix=_strings([]))
+  assert empty["translation"].shape == (0,) and empty["score"].shape == (0,)
+  # A prefix longer than the output limit (input + 10) is cut to it.
+  out = signature(text=_strings(["seven", ""]),
+                  prefix=_strings(["sieben " * 50, "\xff"]))
+  assert out["translation"].shape == (2,)
+  assert np.all(np.isfinite(out["score"]))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="text and prefix must hold as many strings"):
+    signature(text=_strings(["seven", "eight"]), prefix=_strings(["s"]))
+
+
+def test_bin_translate_target_prefix(trained_export, trained_numbers_run,
+                                     tmp_path):
+  _, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  prefixes = _prefixes(vocab, REFERENCES[:4], 2)
+  prefixes[1] = ""
+  source, prefix_file = tmp_path / "source.txt", tmp_path / "prefix.txt"
+  source.write_text("".join(s + "\n" for s in SOURCES[:4]), encoding="utf-8")
+  prefix_file.write_text("".join(p + "\n" for p in prefixes),
+                         encoding="utf-8")
+  result = run_script("translate.py", f"--model={trained_export}",
+                      f"--input={source}", f"--target_prefix={prefix_file}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  assert len(lines) == 4
+  assert all(line.startswith(p) for line, p in zip(lines, prefixes))
+  plain = run_script("translate.py", f"--model={trained_export}",
+                     f"--input={source}").stdout.splitlines()
+  assert lines[1] == plain[1]
+  prefix_file.write_text("sieben\n", encoding="utf-8")
+  result = run_script("translate.py", f"--model={trained_export}",
+                      f"--input={source}", f"--target_prefix={prefix_file}")
+  assert result.returncode == 2
+  assert (f"--target_prefix={prefix_file} has 1 lines but {source} has 4"
+          in result.stderr)
