@@ -93,3 +93,19 @@ def test_bin_train_takes_the_other_runs_config(trained_numbers_run,
           "ckpt-400") in result.stderr
   assert run_dir.load_config(str(tmp_path)).model == (
       run_dir.load_config(str(trained_numbers_run)).model)
+
+
+def test_the_starting_weights_are_evaluated_as_step_0(trained_numbers_run,
+                                                      tmp_path):
+  """So that the best checkpoint is the starting point where fine-tuning
+  never beats it."""
+  options = dict(OPTIONS, eval_every_steps=2, eval_max_sentences=8,
+                 best_metric="loss")
+  result = Runner(str(tmp_path)).train(
+      _config(steps=2), OTHER_DATA, init_from=str(trained_numbers_run),
+      **options)
+  history = json.loads((tmp_path / "evaluations.json").read_text())
+  assert [e["step"] for e in history] == [0, 2]
+  losses = [e["metrics"]["loss"] for e in history]
+  assert result["best"]["step"] == [0, 2][int(np.argmin(losses))]
+  assert (tmp_path / "best" / "best.json").exists()

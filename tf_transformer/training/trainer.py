@@ -349,9 +349,9 @@ class Trainer:
       logging.info("resumed from %s at step %d (epoch %d, batch %d)",
                    restored, self.step, int(self.epoch.numpy()),
                    int(self.batch_in_epoch.numpy()))
-    elif o.init_from:
-      self._initialize_from(o.init_from)
     self.dev_record.resume(self.step)
+    if not restored and o.init_from:
+      self._initialize_from(o.init_from)
     stopped_early = self._stopped_early()
     self.summaries.hparams({**self.config.flat(),
                             **dataclasses.asdict(o)})
@@ -426,11 +426,16 @@ class Trainer:
 
   def _initialize_from(self, checkpoint):
     """Reads the model weights (nothing else) of another run's checkpoint;
-    every weight of this model must be in it."""
+    every weight of this model must be in it. With dev evaluations on, the
+    starting weights are saved and evaluated as step 0, so that the best
+    checkpoint is the starting point where fine-tuning never beats it."""
     tf.train.Checkpoint(model=self.model).read(checkpoint).expect_partial(
         ).assert_existing_objects_matched()
     logging.info("initialized the model weights from %s; the optimizer, "
                  "step and learning rate schedule start afresh", checkpoint)
+    if self.options.eval_every_steps:
+      self.checkpointer.save(0)
+      self.dev_record.add(0, self.evaluate(0), self.checkpointer.latest())
 
   def _minutes(self):
     return float(self.train_seconds.numpy()) / 60
