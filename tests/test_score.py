@@ -21,7 +21,7 @@ SOURCES = [s for s, _ in PAIRS]
 REFERENCES = [t for _, t in PAIRS]
 
 
-@pytest.fixture(name="exported")
+@pytest.fixture(name="exported", scope="module")
 def _exported(trained_export):
   return trained_export
 
