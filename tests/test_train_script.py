@@ -100,9 +100,12 @@ def test_two_workers_on_loopback_agree(tmp_path):
   fingerprints = [re.search(r"weights_fingerprint=(\S+)", out).group(1)
                   for out, _ in outputs]
   assert fingerprints[0] == fingerprints[1]
-  for _, err in outputs:  # TensorFlow's own line: a real two-worker cluster
-    assert "MultiWorkerMirroredStrategy with cluster_spec" in err
-    assert "num_workers = 2" in err
+  for index, (_, err) in enumerate(outputs):  # TensorFlow's own line: a
+    assert "MultiWorkerMirroredStrategy with cluster_spec" in err  # real
+    assert "num_workers = 2" in err  # two-worker cluster
+    # Each worker reads its own half of each epoch's batches.
+    assert re.search(rf"input pipeline {index} of 2: \d+ of each epoch's "
+                     r"\d+ batches", err), err[-3000:]
   assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-3")
   assert not os.path.exists(tmp_path / "run" / ".workers" / "worker_1")
 
@@ -149,7 +152,9 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
                         "--num_checkpoints=3",
                         f"--output_dir={tmp_path / 'avg'}")
   assert averaged.returncode == 0, averaged.stderr
-  assert "averaged 3 checkpoints: ckpt-2, ckpt-4, ckpt-6" in averaged.stdout
+  # ckpt-3: a step that evaluates is saved first (its weights may be the
+  # best); the three newest are kept.
+  assert "averaged 3 checkpoints: ckpt-3, ckpt-4, ckpt-6" in averaged.stdout
   assert (tmp_path / "avg" / "vocabulary.model").exists()
   refused = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
                        "--num_checkpoints=5",
