@@ -12,6 +12,8 @@ and writes the figures, the machine, the versions and the flags as JSON.
   bin/benchmark.py --config=base \
       --hparams=num_layers=3,d_model=256,d_ff=1024,num_heads=4 \
       --vocab_size=8000 --sections=decode --decode_sentences=1000
+  # the training data path at WMT 2014 En-De's size (docs/data.md):
+  bin/benchmark.py --sections=input --input_pairs=4500000
 
 Sections (--sections):
 - train: seconds per step and source+target tokens/s at --batch_tokens and
@@ -34,6 +36,13 @@ Sections (--sections):
   --decode_words + 1 tokens): a SavedModel exported like bin/export.py, beam 4 and greedy, at
   batch 1 and --decode_batch_size: sentences/s and output tokens/s; time per
   output token at steps 10, 50, 100; sentences/s for beams 1, 4, 8.
+- input: the training data path on a corpus of --input_pairs pairs built
+  from Multi30k's captions (two a line: WMT's lengths): bin/prepare_data.py's
+  time and tokenization pairs/s a thread, bin/train.py's start to step 1,
+  the pipeline's first batch from the start and from mid-epoch (a resume),
+  its real tokens/s, and anonymous memory (RssAnon) of each, each in a
+  process of its own. Not run by default: it writes the corpus (1.2 GB at
+  4.5M pairs) to --input_dir.
 Warm-up runs are excluded; each figure is the median of --runs runs.
 """
 

@@ -171,7 +171,39 @@ def test_prepare_data_on_local_files(tmp_path):
   assert "p50=" in result.stdout
   stats = json.load(open(out / "data_stats.json"))
   assert stats["train"]["pairs"] == 301
+  assert json.load(open(out / "train.tokens.json"))["pairs"] == 301
   assert os.path.exists(out / "vocabulary.model")
+
+
+def test_train_takes_prepared_token_arrays_and_refuses_stale_ones(tmp_path):
+  """bin/train.py on a bin/prepare_data.py directory tokenizes nothing
+  again; once a raw file changes, the arrays are refused naming it."""
+  source = _write(tmp_path / "train.en", "".join(
+      f"sentence number {i}\n" for i in range(300)))
+  target = _write(tmp_path / "train.de", "".join(
+      f"Satz Nummer {i}\n" for i in range(300)))
+  out = tmp_path / "out"
+  data = ["--dataset=", f"--train_source={source}", f"--train_target={target}"]
+  assert run_script("prepare_data.py", *data, f"--output_dir={out}",
+                    "--vocab_size=400", "--max_length=32").returncode == 0
+  manifest = json.load(open(out / "train.tokens.json"))
+  assert manifest["pairs"] == 300 and manifest["dtype"] == "uint16"
+  written = os.path.getmtime(out / "train.source.npy")
+  train = ["train.py", f"--model_dir={out}", *data, "--config=tiny",
+           "--max_length=32", "--batch_tokens=512", "--eval_every_steps=0",
+           "--checkpoint_every_secs=0", "--alsologtostderr"]
+  result = run_script(*train, "--train_steps=2")
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "using the token arrays and statistics bin/prepare_data.py left" in (
+      result.stderr)
+  assert "tokenized 300 train pairs" not in result.stderr
+  assert os.path.getmtime(out / "train.source.npy") == written
+  with open(target, "a", encoding="utf-8") as f:
+    f.write("Satz Nummer 300\n")
+  result = run_script(*train, "--train_steps=4")
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert (f"error: {out}/train.tokens.json: the token arrays there are "
+          f"stale: {target} changed since it was tokenized") in result.stderr
 
 
 def test_prepare_data_writes_split_text_for_evaluate(tmp_path):

@@ -16,8 +16,10 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import op_def_registry
 
 from tf_transformer import build_model
-from tf_transformer.data import batching
 from tf_transformer.data import numbers
+from tf_transformer.data import token_store
+from tf_transformer.data.epoch_batches import EpochBatches
+from tf_transformer.data.sources import DataSpec
 from tf_transformer.data import sequences
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import model_beam_search
@@ -285,30 +287,45 @@ def test_xla_export_refuses_decode_parts(model_dir, tmp_path):
 
 
 def test_training_batches_and_the_saved_model_give_the_same_ids(
-    model_dir, exported):
-  """One text -> ids path (data/sequences.py): for each pair, the training
-  pipeline's source row equals the SavedModel's source ids of the source
-  text, its labels equal the SavedModel's ids of the target text (subwords
-  then EOS, the same definition), and the decoder input is BOS + labels
-  shifted right; only the SavedModel cuts long inputs."""
+    model_dir, exported, tmp_path):
+  """One text -> ids definition: training tokenizes its corpus once with
+  SentencePiece's own library (`token_store`), the SavedModel in the graph
+  with tensorflow-text. For each pair, the training batch's source row
+  equals the SavedModel's source ids of the source text, its labels the
+  SavedModel's ids of the target text (subwords then EOS), and the decoder
+  input is BOS + labels shifted right; only the SavedModel cuts long
+  inputs."""
   _, vocab = run_dir.load(str(model_dir))
   loaded = tf.saved_model.load(str(exported))
   pairs = [("four hundred and twenty-one", "vierhundert"),
-           ("seven", "sieben und zwölf"), ("  twelve  thousand ", "zwölf")]
-  for source, target in pairs:
-    dataset = batching.token_batches(
-        batching.tokenize(batching.text_dataset(lambda s=source, t=target: [
-            (s, t)]), vocab), batch_tokens=256, max_length=64, shuffle=False)
-    (source_row, target_in), labels = next(iter(dataset))
-    trim = lambda ids: [i for i in ids.numpy()[0].tolist() if i != PAD_ID]
+           ("seven", "sieben und zwölf"), ("  twelve  thousand ", "zwölf"),
+           ("naïve café — 東京", "Grüße, ☃ \u00e9")]
+  (tmp_path / "s.txt").write_text("".join(s + "\n" for s, _ in pairs))
+  (tmp_path / "t.txt").write_text("".join(t + "\n" for _, t in pairs))
+  spec = DataSpec(dataset="", train_source=str(tmp_path / "s.txt"),
+                  train_target=str(tmp_path / "t.txt"))
+  store = token_store.write(str(tmp_path), "train", spec, vocab)
+  batches = EpochBatches(store, batch_tokens=256, max_length=64)
+  for i, (source, target) in enumerate(pairs):
+    (source_row,), (target_in,), (labels,) = _one_pair_batch(batches, i)
+    trim = lambda ids: [int(i) for i in ids if i != PAD_ID]
     saved = lambda text: trim(loaded.source_ids(tf.constant([text]))[
-        "source_ids"])
+        "source_ids"].numpy()[0])
     assert trim(source_row) == saved(source)
     assert trim(labels) == saved(target)
     assert trim(target_in) == [BOS_ID] + saved(target)[:-1]
   long = loaded.source_ids(tf.constant(["nine " * 1000, "seven"]))
   assert long["source_ids"].shape == (2, 256 + 1)
   assert long["source_ids"][0, -1] == EOS_ID
+
+
+def _one_pair_batch(batches, pair):
+  """The batch arrays of `batches` holding only pair `pair`."""
+  order, starts, ends, groups = batches.plan(0)
+  where = int(np.flatnonzero(order == pair)[0])
+  b = int(np.flatnonzero((starts <= where) & (where < ends))[0])
+  row = int(np.flatnonzero(np.sort(order[starts[b]:ends[b]]) == pair)[0])
+  return [array[row:row + 1] for array in batches.batch(0, b)]
 
 
 def _variables(path):

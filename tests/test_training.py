@@ -167,6 +167,24 @@ def test_restore_brings_back_step_slots_and_input_position(tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_resumed_run_trains_on_the_uninterrupted_runs_batches(tmp_path):
+  """Resumed mid-epoch from the token arrays, with no replay: the same
+  losses and weights as a run never stopped, across an epoch's end (the
+  numbers task makes 9 batches an epoch here)."""
+  whole = make_trainer(tmp_path / "whole", train_steps=12)
+  losses = whole.train()["losses"]
+  first = make_trainer(tmp_path / "cut", train_steps=7,
+                       checkpoint_every_steps=7)
+  first.train()
+  assert int(first.batch_in_epoch.numpy()) == 7
+  rest = make_trainer(tmp_path / "cut", train_steps=12)
+  result = rest.train()
+  assert int(rest.epoch.numpy()) == 1
+  assert result["losses"] == losses[7:]
+  for a, b in zip(whole.model.get_weights(), rest.model.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_damaged_newest_checkpoint_falls_back(tmp_path, caplog):
   trainer = make_trainer(tmp_path, train_steps=2, checkpoint_every_steps=1)
   trainer.train()

@@ -2,7 +2,7 @@
 
 from absl import flags
 
-SECTIONS = ("train", "scaling", "decode", "serving")
+SECTIONS = ("train", "scaling", "decode", "serving", "input")
 
 
 def define_flags():
@@ -56,6 +56,18 @@ def define_flags():
   flags.DEFINE_list("beam_sizes", ["1", "4", "8"], "Beam sizes compared.")
   flags.DEFINE_integer("model_seed", 0, "Seed of the decoding model's random "
                        "weights, so that runs decode the same outputs.")
+  flags.DEFINE_integer("input_pairs", 4_500_000, "input: pairs of the "
+                       "corpus built from Multi30k (WMT 2014 En-De: 4.5M).")
+  flags.DEFINE_string("input_dir", "/tmp/tf_transformer_input", "input: where "
+                      "the corpus and its prepared arrays are kept (reused).")
+  flags.DEFINE_string("multi30k_dir", "../shared/data/multi30k", "input: "
+                      "Multi30k's gzipped train.en/train.de.")
+  flags.DEFINE_integer("input_vocab_size", 37000, "input: the vocabulary "
+                       "(the paper's 37,000 for WMT En-De).")
+  flags.DEFINE_integer("input_max_length", 256, "input: --max_length.")
+  flags.DEFINE_integer("input_batch_tokens", 25000, "input: --batch_tokens "
+                       "(the paper's 25,000).")
+  flags.DEFINE_integer("input_batches", 200, "input: batches timed.")
   flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
   flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
                            f"--sections: each must be one of {SECTIONS}")

@@ -243,6 +243,10 @@ def run(o) -> dict:
         f"{m['TF_ENABLE_ONEDNN_OPTS'] or 'unset'}")
   if "serving" in o.sections:
     serving_section(o, report)
+  if "input" in o.sections:
+    from tf_transformer.benchmark import input_speed
+    report["input"] = input_speed.measure(o)
+    print("\n".join(input_speed.report_lines(report["input"])))
   if not {"train", "scaling", "decode"} & set(o.sections):
     return _write(o, report, start)
   print(f"{o.config} ({o.hparams or 'no overrides'}), vocabulary "

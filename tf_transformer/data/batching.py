@@ -1,4 +1,7 @@
-"""Token-budget batches of length-bucketed sentence pairs (section 5.1).
+"""Token-budget batches of length-bucketed sentence pairs (section 5.1),
+read from text in one ordered pass: the dev set and evaluation. Training
+draws its batches over the whole corpus from token arrays
+(`epoch_batches`), with the same bucket lengths.
 
 "Sentence pairs were batched together by approximate sequence length. Each
 training batch contained a set of sentence pairs containing approximately
@@ -60,29 +63,10 @@ def pair_length(source_ids, target_ids):
   return tf.maximum(tf.shape(source_ids)[0], tf.shape(target_ids)[0] + 1)
 
 
-def seeded_shuffle(dataset: tf.data.Dataset, seed,
-                   window: int = 100_000) -> tf.data.Dataset:
-  """Shuffles each window of `window` consecutive elements by stateless
-  random keys: the order depends only on `seed` (an int or a tensor, e.g.
-  derived from the epoch) and not on TensorFlow's global seed, so an epoch
-  can be replayed exactly when a run resumes. Like a shuffle buffer of the
-  same size, order is randomized within windows."""
-  seed = tf.cast(seed, tf.int64)
-
-  def permute(indices, elements):
-    keys = tf.random.stateless_uniform(
-        tf.shape(indices), seed=tf.stack([seed, indices[0]]))
-    order = tf.argsort(keys)
-    return tf.nest.map_structure(lambda e: tf.gather(e, order), elements)
-
-  return (dataset.enumerate().ragged_batch(window).map(permute)
-          .unbatch())
-
-
 def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
-                  max_length: int, shuffle: bool = True, seed: int = 0,
-                  shuffle_buffer: int = 100_000) -> tf.data.Dataset:
-  """Length-bucketed batches of at most `batch_tokens` tokens per side."""
+                  max_length: int) -> tf.data.Dataset:
+  """Length-bucketed batches of at most `batch_tokens` tokens per side, in
+  the order the pairs come (one pass, as the dev set is read)."""
   if batch_tokens < max_length:
     raise DataError(f"--batch_tokens={batch_tokens} cannot hold one sentence "
                     f"of --max_length={max_length}; raise --batch_tokens or "
@@ -90,8 +74,6 @@ def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
   lengths = bucket_lengths(max_length)
   fits = lambda s, t: pair_length(s, t) <= max_length
   dataset = token_pairs.filter(fits)
-  if shuffle:
-    dataset = seeded_shuffle(dataset, seed, shuffle_buffer)
 
   def split(source, target):
     labels = sequences.labels(target)
@@ -111,48 +93,16 @@ def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
 
 
 def distributed_dataset_fn(token_pairs: Callable[[], tf.data.Dataset],
-                           batch_tokens: int, max_length: int, seed: int = 0,
-                           shuffle: bool = True):
-  """For `strategy.distribute_datasets_from_function` (one pass, in order
-  unless `shuffle`): each input pipeline reads its own shard, and each
-  replica's batches hold `batch_tokens / num_replicas` tokens, so a global
-  step sees about `batch_tokens` tokens per side."""
+                           batch_tokens: int, max_length: int):
+  """For `strategy.distribute_datasets_from_function` (one pass, in
+  order): each input pipeline reads its own shard, and each replica's
+  batches hold `batch_tokens / num_replicas` tokens, so a global step sees
+  about `batch_tokens` tokens per side."""
   def dataset_fn(input_context: tf.distribute.InputContext):
     per_replica = batch_tokens // input_context.num_replicas_in_sync
     pairs = token_pairs().shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
-    return token_batches(pairs, per_replica, max_length, shuffle=shuffle,
-                         seed=seed + input_context.input_pipeline_id)
-  return dataset_fn
-
-
-def training_stream_fn(token_pairs: Callable[[], tf.data.Dataset],
-                       batch_tokens: int, max_length: int, seed: int = 0,
-                       start_epoch: int = 0, start_batch: int = 0,
-                       cache: bool = True):
-  """Like `distributed_dataset_fn`, but endless: epoch after epoch, each
-  shuffled with its own seed, so no replica ever waits on an empty batch at
-  an epoch's end. Elements are `(batch, (epoch, index))`, the index counting
-  this pipeline's batches in the epoch; the stream starts at
-  (`start_epoch`, `start_batch`) to resume exactly where a run stopped.
-  With `cache`, the tokenized pairs are kept in memory after the first epoch
-  (about 4 bytes a token; turn it off for corpora that do not fit)."""
-  def dataset_fn(input_context: tf.distribute.InputContext):
-    per_replica = batch_tokens // input_context.num_replicas_in_sync
-    pipeline = input_context.input_pipeline_id
-    pairs = token_pairs().shard(input_context.num_input_pipelines, pipeline)
-    if cache:
-      pairs = pairs.cache()
-
-    def epoch_batches(epoch):
-      batches = token_batches(pairs, per_replica, max_length, shuffle=True,
-                              seed=seed * 1_000_003 + epoch * 7919 + pipeline)
-      skip = tf.where(epoch == start_epoch, tf.cast(start_batch, tf.int64), 0)
-      return batches.enumerate().skip(skip).map(
-          lambda index, batch: (batch, (epoch, index)))
-
-    return tf.data.Dataset.range(start_epoch, 2**62).flat_map(
-        epoch_batches).prefetch(tf.data.AUTOTUNE)
+    return token_batches(pairs, per_replica, max_length)
   return dataset_fn
 
 
@@ -170,6 +120,13 @@ def length_statistics(token_pairs: tf.data.Dataset, max_length: int,
       progress.add(len(source[-1]))
   source = np.concatenate(source) if source else np.zeros([0], np.int32)
   target = np.concatenate(target) if target else np.zeros([0], np.int32)
+  return lengths_statistics(source, target, max_length, percentiles)
+
+
+def lengths_statistics(source, target, max_length,
+                       percentiles: Sequence[int] = (50, 90, 95, 99, 100)):
+  """`length_statistics` of the pairs' lengths: `source` with its EOS,
+  `target` without (as `tokenize` gives them)."""
   needed = np.maximum(source, target + 1)
   stats = {"pairs": int(source.size),
            "source_tokens": int(source.sum()),

@@ -57,11 +57,15 @@ def build_vocabulary(spec, vocab_size=None, model_type="bpe",
 
 
 @errors.unwrapped()  # read through tf.data, which wraps a DataError
-def corpus_statistics(spec, vocabulary, max_length):
-  """Per split: pairs, tokens, length percentiles, pairs dropped and why."""
+def corpus_statistics(spec, vocabulary, max_length, train_store=None):
+  """Per split: pairs, tokens, length percentiles, pairs dropped and why;
+  the training split's from its `token_store` arrays when given."""
   stats = {"vocab_size": vocabulary.vocab_size}
   for split in sources.SPLITS:
     if not sources.has_split(spec, split):
+      continue
+    if split == "train" and train_store is not None:
+      stats[split] = store_statistics(train_store, max_length)
       continue
     read = corpora.ReadStats()
     tokens = batching.tokenize(
@@ -71,6 +75,15 @@ def corpus_statistics(spec, vocabulary, max_length):
       split_stats = batching.length_statistics(tokens, max_length, progress)
     split_stats["dropped_empty_side"] = sum(read.skipped.values())
     stats[split] = split_stats
+  return stats
+
+
+def store_statistics(store, max_length):
+  """`corpus_statistics` of one split from its token arrays (no pass over
+  the text)."""
+  source, target = store.lengths()
+  stats = batching.lengths_statistics(source + 1, target, max_length)
+  stats["dropped_empty_side"] = sum(store.manifest["skipped"].values())
   return stats
 
 

@@ -92,6 +92,11 @@ class Vocabulary:
       f.write(self.model_proto)
     return path
 
+  def processor(self) -> spm.SentencePieceProcessor:
+    """The same model in SentencePiece's own library, for tokenizing a
+    corpus outside the graph on many threads (`token_store`)."""
+    return spm.SentencePieceProcessor(model_proto=self.model_proto)
+
   def tokenize(self, text):
     """str or [batch] strings -> int32 ids (ragged for a batch), no BOS/EOS."""
     return self.make_tokenizer().tokenize(text)

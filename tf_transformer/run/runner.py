@@ -22,6 +22,7 @@ from tf_transformer import config as config_lib
 from tf_transformer import evaluation
 from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import sources
+from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.decoding.scoring import Scorer
@@ -81,7 +82,8 @@ class Runner:
     vocabulary = prepare_lib.build_vocabulary(
         spec, vocab_size, vocab_model_type, vocab_max_sentences, seed)
     vocabulary.save(self.model_dir)
-    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length)
+    store = token_store.write(self.model_dir, "train", spec, vocabulary)
+    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length, store)
     with open(os.path.join(self.model_dir, STATS_FILE), "w") as f:
       json.dump(stats, f, indent=2)
     return Prepared(vocabulary, stats,
@@ -195,7 +197,7 @@ class Runner:
           spec, vocab_size, vocab_model_type, seed=seed)
       vocabulary.save(model_dir)
     config = config.replace(vocab_size=vocabulary.vocab_size)
-    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length)
+    stats = self._statistics(spec, vocabulary, max_length)
     for split, split_stats in stats.items():
       if isinstance(split_stats, dict):
         logging.info(
@@ -206,6 +208,24 @@ class Runner:
     run_dir.save(model_dir, config, spec, flags_text, stats)
     return config, vocabulary
 
+  def _statistics(self, spec, vocabulary, max_length):
+    """The corpus statistics, after tokenizing the training pairs into
+    token arrays; those `prepare` left are taken (never tokenized again),
+    with the statistics it wrote where they used the same `max_length`."""
+    prepared = token_store.exists(self.model_dir, "train")
+    store = token_store.open_or_write(self.model_dir, "train", spec,
+                                      vocabulary)
+    saved = os.path.join(self.model_dir, STATS_FILE)
+    if prepared and os.path.exists(saved):
+      with open(saved) as f:
+        stats = json.load(f)
+      if all(s.get("max_length") == max_length for s in stats.values()
+             if isinstance(s, dict)):
+        logging.info("using the token arrays and statistics bin/"
+                     "prepare_data.py left in %s", self.model_dir)
+        return stats
+    return prepare_lib.corpus_statistics(spec, vocabulary, max_length, store)
+
   def _check_same_data(self, spec, allow_data_change=False):
     """Refuses to resume on other training data, where the optimizer state
     and the step would carry over to it unannounced; with
@@ -214,13 +234,14 @@ class Runner:
     path = os.path.join(self.model_dir, run_dir.DATA_SPEC)
     if not os.path.exists(path):
       return
-    saved, asked = _training_data(run_dir.load_spec(self.model_dir)), (
-        _training_data(spec))
+    saved, asked = (token_store.training_data(run_dir.load_spec(
+        self.model_dir)), token_store.training_data(spec))
     diff = {k: (saved[k], asked[k]) for k in saved if saved[k] != asked[k]}
     if diff and allow_data_change:
       logging.info("--allow_data_change: resuming on other data (was, "
                    "now): %s", diff)
       run_dir.save(self.model_dir, run_dir.load_config(self.model_dir), spec)
+      token_store.remove(self.model_dir, "train")  # tokenized again
     elif diff:
       raise ValueError(
           f"--model_dir={self.model_dir} was trained on other data (saved, "
@@ -425,20 +446,6 @@ def describe_training(result, train_minutes=None):
                  + f"), kept in {best['directory']} (export it with "
                  "--checkpoint=best)")
   return lines + [f"weights_fingerprint={result['weights_fingerprint']:.6f}"]
-
-
-def _training_data(spec) -> dict:
-  """What makes a DataSpec's training pairs what they are (dev and test,
-  the seed and the TFDS folders aside); file paths made absolute."""
-  fields = {name: getattr(spec, name) for name in (
-      "dataset", "train_source", "train_target", "source_language",
-      "target_language")}
-  for name in ("train_source", "train_target"):
-    if fields[name]:
-      fields[name] = os.path.abspath(fields[name])
-  if spec.dataset == "numbers":
-    fields["numbers_train_size"] = spec.numbers_train_size
-  return fields
 
 
 def _write_text(spec, output_dir, splits):

@@ -32,8 +32,10 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.data import batching
+from tf_transformer.data import epoch_batches
 from tf_transformer.data import errors
 from tf_transformer.data import sources
+from tf_transformer.data import token_store
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.model import build_model
 from tf_transformer.special_ids import PAD_ID
@@ -95,7 +97,6 @@ class TrainOptions:
   xla_loss: bool = True  # the loss and its gradient under XLA (training.loss)
   mixed_precision: Optional[str] = None
   log_gradient_norm: bool = True
-  cache_data: bool = True
   # A time budget: stop (with a checkpoint) once the run has trained this
   # long, counted over resumes; train_steps still bounds it.
   train_minutes: Optional[float] = None
@@ -150,7 +151,7 @@ class Trainer:
         lambda batch: self._eval_step(batch),
         batching.distributed_dataset_fn(
             self._token_pairs("dev"), config.training.batch_tokens,
-            options.max_length, shuffle=False),
+            options.max_length),
         self.is_chief, options.eval_max_sentences,
         DecodingOptions.from_config(config, method=options.eval_decoding),
         config.training.label_smoothing)
@@ -176,12 +177,18 @@ class Trainer:
         self.vocabulary)
 
   def _train_iterator(self):
+    """Batches over the whole corpus from the training pairs' token arrays
+    (written once into the run directory by its chief), from the saved
+    input position on, without replaying the batches before it."""
     o = self.options
-    dataset_fn = batching.training_stream_fn(
-        self._token_pairs("train"), self.config.training.batch_tokens,
-        o.max_length,
+    if not self.is_chief:
+      token_store.wait_for(o.model_dir, "train")
+    store = token_store.open_or_write(o.model_dir, "train", self.spec,
+                                      self.vocabulary)
+    dataset_fn = epoch_batches.training_stream_fn(
+        store, self.config.training.batch_tokens, o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
-        start_batch=int(self.batch_in_epoch.numpy()), cache=o.cache_data)
+        start_batch=int(self.batch_in_epoch.numpy()))
     return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
   def _next_batch(self):

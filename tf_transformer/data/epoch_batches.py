@@ -1,0 +1,164 @@
+"""Training batches drawn over the whole corpus, resumable by position.
+
+Section 5.1's batches ("sentence pairs were batched together by
+approximate sequence length", about `batch_tokens` source and target tokens
+each), made from a `token_store` as fairseq makes them: each epoch permutes
+every pair of the corpus, seeded by (seed, epoch); groups the permuted pairs
+by padded length (`batching.bucket_lengths`, multiples of 8, so XLA compiles
+one program per length); cuts each group into batches of at most
+`batch_tokens` tokens a side, padding included; and permutes the batches.
+Pairs longer than `max_length` are left out, never cut.
+
+An epoch's plan is a function of (seed, epoch) alone, so the stream can
+start at any (epoch, batch): a resumed run trains on exactly the batches
+an uninterrupted one would have, without reading the batches before. Input
+pipeline p of P (one per worker under MultiWorkerMirroredStrategy) takes
+batches p, p + P, ... of each epoch and reads only their pairs.
+
+State: the kept pairs' indices and length groups (5 bytes a pair) and one
+epoch's plan (4 to 8 bytes a pair); the token ids stay memory-mapped.
+"""
+
+import math
+import threading
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer.data import batching
+from tf_transformer.data.errors import DataError
+from tf_transformer.special_ids import BOS_ID, EOS_ID
+
+
+class EpochBatches:
+  """The batches of each epoch of `store` for one input pipeline."""
+
+  def __init__(self, store, batch_tokens, max_length, seed=0,
+               num_pipelines=1, pipeline=0):
+    if batch_tokens < max_length:
+      raise DataError(f"--batch_tokens={batch_tokens} cannot hold one "
+                      f"sentence of --max_length={max_length}; raise "
+                      "--batch_tokens or lower --max_length")
+    self.store, self.seed = store, seed
+    self.num_pipelines, self.pipeline = num_pipelines, pipeline
+    self.lengths = np.array(batching.bucket_lengths(max_length))
+    self.rows = np.maximum(batch_tokens // self.lengths, 1)
+    source, target = store.lengths()
+    needed = np.maximum(source + 1, target + 1)  # + EOS / BOS
+    index_type = np.int32 if store.num_pairs < 2**31 else np.int64
+    self.kept = np.flatnonzero(needed <= max_length).astype(index_type)
+    self.group = np.searchsorted(self.lengths, needed[self.kept]).astype(
+        np.int8)
+    counts = np.bincount(self.group, minlength=len(self.lengths))
+    self.num_batches = int(sum(math.ceil(c / r)
+                               for c, r in zip(counts, self.rows)))
+    self.per_pipeline = len(range(pipeline, self.num_batches, num_pipelines))
+    if not self.per_pipeline:
+      raise DataError(
+          f"the training data make {self.num_batches} batches of "
+          f"--batch_tokens={batch_tokens} an epoch, fewer than the "
+          f"{num_pipelines} input pipelines; lower --batch_tokens or add "
+          "data")
+    self._plans, self._lock = {}, threading.Lock()
+
+  def plan(self, epoch):
+    """(order, starts, ends, groups): batch b of the epoch is the pairs
+    `order[starts[b]:ends[b]]`, padded to `lengths[groups[b]]`."""
+    with self._lock:
+      if epoch not in self._plans:
+        if len(self._plans) >= 2:  # the stream only moves forward
+          del self._plans[min(self._plans)]
+        self._plans[epoch] = self._make_plan(epoch)
+      return self._plans[epoch]
+
+  def _make_plan(self, epoch):
+    rng = np.random.default_rng([self.seed, epoch])
+    shuffled = rng.permutation(len(self.kept))
+    by_group = shuffled[np.argsort(self.group[shuffled], kind="stable")]
+    order = self.kept[by_group]
+    counts = np.bincount(self.group, minlength=len(self.lengths))
+    group_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    starts, groups = [], []
+    for g, (first, count, rows) in enumerate(zip(group_starts, counts,
+                                                 self.rows)):
+      starts.append(np.arange(first, first + count, rows))
+      groups.append(np.full(len(starts[-1]), g, np.int8))
+    starts, groups = np.concatenate(starts), np.concatenate(groups)
+    ends = np.minimum(starts + self.rows[groups],
+                      group_starts[groups] + counts[groups])
+    batches = rng.permutation(len(starts))
+    return order, starts[batches], ends[batches], groups[batches]
+
+  def batch(self, epoch, index):
+    """This pipeline's batch `index` of `epoch`: (source + EOS, BOS +
+    target, target + EOS), int32 [rows, length], padded with PAD (0)."""
+    order, starts, ends, groups = self.plan(int(epoch))
+    b = int(index) * self.num_pipelines + self.pipeline
+    pairs = np.sort(order[starts[b]:ends[b]])  # reads in file order
+    width = int(self.lengths[groups[b]])
+    store = self.store
+    return (_padded(store.source, store.offsets[:, 0], pairs, width,
+                    last=EOS_ID),
+            _padded(store.target, store.offsets[:, 1], pairs, width,
+                    first=BOS_ID),
+            _padded(store.target, store.offsets[:, 1], pairs, width,
+                    last=EOS_ID))
+
+  def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
+    """Endless: `(((source, target_in), target_out), (epoch, index))` from
+    this pipeline's batch `start_batch` of `start_epoch` on."""
+    per_epoch = self.per_pipeline
+
+    def load(position):
+      epoch, index = position // per_epoch, position % per_epoch
+      tensors = tf.numpy_function(self.batch, [epoch, index],
+                                  [tf.int32] * 3, stateful=False)
+      source, target_in, target_out = [tf.ensure_shape(t, [None, None])
+                                       for t in tensors]
+      return ((source, target_in), target_out), (epoch, index)
+
+    start = start_epoch * per_epoch + start_batch
+    return tf.data.Dataset.range(start, 2**62).map(
+        load, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _padded(flat, offsets, pairs, width, first=None, last=None):
+  """Rows of `flat[offsets[p]:offsets[p + 1]]` for each pair p, after an
+  optional `first` id and before an optional `last` one, padded with 0 to
+  `width` (in one vectorized gather)."""
+  begin = np.asarray(offsets[pairs])
+  lengths = np.asarray(offsets[pairs + 1]) - begin
+  shift = 0 if first is None else 1
+  out = np.zeros([len(pairs), width], np.int32)
+  row_starts = np.cumsum(lengths) - lengths
+  within = np.arange(int(lengths.sum())) - np.repeat(row_starts, lengths)
+  rows = np.repeat(np.arange(len(pairs)), lengths)
+  out[rows, within + shift] = flat[np.repeat(begin, lengths) + within]
+  if first is not None:
+    out[:, 0] = first
+  if last is not None:
+    out[np.arange(len(pairs)), lengths + shift] = last
+  return out
+
+
+def training_stream_fn(store, batch_tokens, max_length, seed=0,
+                       start_epoch=0, start_batch=0):
+  """For `strategy.distribute_datasets_from_function`: each input pipeline
+  takes its share of every epoch's batches, of `batch_tokens /
+  num_replicas` tokens a side, so a global step sees about `batch_tokens`
+  tokens a side; the stream starts at (`start_epoch`, `start_batch`)."""
+  def dataset_fn(input_context: tf.distribute.InputContext):
+    batches = EpochBatches(
+        store, batch_tokens // input_context.num_replicas_in_sync,
+        max_length, seed, input_context.num_input_pipelines,
+        input_context.input_pipeline_id)
+    logging.info("input pipeline %d of %d: %d of each epoch's %d batches "
+                 "(%d of %d pairs kept, the rest over --max_length=%d), from "
+                 "epoch %d batch %d", batches.pipeline, batches.num_pipelines,
+                 batches.per_pipeline, batches.num_batches,
+                 len(batches.kept), store.num_pairs, max_length, start_epoch,
+                 start_batch)
+    return batches.dataset(start_epoch, start_batch)
+  return dataset_fn
