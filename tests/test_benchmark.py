@@ -160,3 +160,44 @@ def test_serving_section_needs_a_model_and_text():
   result = run_script("benchmark.py", "--sections=serving")
   assert result.returncode != 0
   assert "--sections=serving needs --model_dir" in result.stderr
+
+
+def test_input_section_measures_the_data_path(tmp_path):
+  """--sections=input on a small corpus built from gzipped captions
+  (Multi30k's layout; the numbers task's text stands in for them)."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  from tf_transformer.data import numbers  # pylint: disable=g-import-not-at-top
+  captions = tmp_path / "multi30k"
+  captions.mkdir()
+  pairs = numbers.generate({"train": 500, "dev": 1, "test": 1})["train"]
+  for side, language in ((0, "en"), (1, "de")):
+    with gzip.open(captions / f"train.{language}.gz", "wt") as f:
+      f.write("".join(pair[side] + "\n" for pair in pairs))
+  output = tmp_path / "report.json"
+  result = run_script(
+      "benchmark.py", "--sections=input", "--input_pairs=3000",
+      f"--multi30k_dir={captions}", f"--input_dir={tmp_path / 'input'}",
+      "--input_vocab_size=400", "--input_max_length=64",
+      "--input_batch_tokens=1024", "--input_step_batch_tokens=512",
+      "--input_batches=5", f"--output={output}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  report = json.loads(output.read_text())["input"]
+  assert report["pairs"] == 3000
+  lines = (tmp_path / "input" / "corpus_3000" / "train.en").read_text(
+      ).splitlines()
+  assert len(lines) == 3000
+  assert all(any(line.startswith(p[0] + " ") for p in pairs)
+             for line in lines[:20])  # two captions a line
+  prepare = report["prepare"]
+  assert prepare["tokenize_pairs_per_sec_per_thread"] > 0
+  assert prepare["source_tokens_per_pair"] > 2 and prepare["array_mib"] > 0
+  assert report["start"]["log_start_to_step_1"] > 0
+  assert report["start"]["rss_anon_peak_mib"] > 0
+  for name, start in (("first_batch", 0), ("resume", None)):
+    figures = report[name]
+    assert figures["seconds_to_first"] > 0
+    assert figures["real_tokens_per_sec"] > 0
+    assert figures["start_batch"] == (
+        start if start is not None else figures["batches_per_epoch"] // 2)
+  assert report["resume"]["start_batch"] > 0
+  assert "pipeline from middle" in result.stdout

@@ -5,6 +5,7 @@ resumable at any batch, split between input pipelines; stale or damaged
 arrays refused."""
 
 import collections
+import json
 import os
 
 import numpy as np
@@ -13,9 +14,11 @@ import tensorflow as tf
 
 from tf_transformer import special_ids
 from tf_transformer.data import batching
+from tf_transformer.data import epoch_batches
 from tf_transformer.data import prepare
 from tf_transformer.data import sources
 from tf_transformer.data import token_store
+from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.epoch_batches import EpochBatches
 from tf_transformer.data.epoch_batches import training_stream_fn
 from tf_transformer.data.errors import DataError
@@ -69,7 +72,7 @@ def test_statistics_from_the_arrays_equal_those_from_the_text(store):
   tokens = batching.tokenize(batching.text_dataset(
       sources.text_pairs(SPEC, "train")), vocabulary())
   from_text = batching.length_statistics(tokens, 16)
-  from_store = prepare.store_statistics(store, 16)
+  from_store = prepare.store_statistics([(store, 1.0)], 16)
   assert from_store.pop("dropped_empty_side") == 0
   assert from_store == from_text
   assert from_text["dropped_too_long"] > 0
@@ -154,7 +157,7 @@ def test_input_pipelines_split_each_epoch_between_them(store):
 def test_replicas_share_the_budget_under_mirrored_strategy(store):
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   dataset = strategy.distribute_datasets_from_function(
-      training_stream_fn(store, 512, 32, seed=0))
+      training_stream_fn([(store, 1.0)], 512, 32, seed=0))
   batch, _ = next(iter(dataset))
   for source in strategy.experimental_local_results(batch[0][0]):
     assert 0 < source.shape.num_elements() <= 256
@@ -170,8 +173,9 @@ def test_changed_files_another_vocabulary_and_damage_are_refused(tmp_path):
   spec = _write_corpus(tmp_path, [("one two", "eins zwei"), ("three", "drei")])
   directory = str(tmp_path / "run")
   token_store.write(directory, "train", spec, vocabulary())
-  assert token_store.open_or_write(directory, "train", spec,
-                                   vocabulary()).num_pairs == 2
+  [(opened, weight)] = token_store.open_training(directory, spec,
+                                                 vocabulary())
+  assert opened.num_pairs == 2 and weight == 1.0
   other = prepare.build_vocabulary(DataSpec(dataset="numbers",
                                             numbers_train_size=100), 300)
   with pytest.raises(DataError, match="stale: tokenized with another "
@@ -192,3 +196,70 @@ def test_changed_files_another_vocabulary_and_damage_are_refused(tmp_path):
   os.remove(path)
   with pytest.raises(DataError, match=f"{path}: missing or damaged"):
     token_store.open_store(directory, "train", spec, vocabulary())
+
+
+def _two_corpora(tmp_path, weights):
+  """Corpus A of "one ..." and corpus B of "two ..." sentences, all of one
+  padded length, and the spec naming both with `weights`."""
+  words = ["seven", "twelve", "forty", "nine", "hundred"]
+  for name, first in (("a", "one"), ("b", "two")):
+    lines = "".join(f"{first} {x} {y}\n" for x in words for y in words) * 8
+    (tmp_path / f"{name}.en").write_text(lines)
+    (tmp_path / f"{name}.de").write_text(lines)
+  return DataSpec(dataset="", train_source=f"{tmp_path}/a.en,{tmp_path}/b.en",
+                  train_target=f"{tmp_path}/a.de,{tmp_path}/b.de",
+                  train_weights=weights)
+
+
+def test_several_corpora_are_drawn_by_their_weights_and_resume(tmp_path):
+  spec = _two_corpora(tmp_path, "3,1")
+  stores = token_store.open_training(str(tmp_path), spec, vocabulary())
+  assert [(s.num_pairs, w) for s, w in stores] == [(200, 3.0), (200, 1.0)]
+  assert sorted(os.listdir(tmp_path))[:4] == [
+      "a.de", "a.en", "b.de", "b.en"]
+  assert token_store.exists(str(tmp_path), "train0")
+  assert token_store.exists(str(tmp_path), "train1")
+  batches = epoch_batches.training_batches(stores, 64, 32, seed=1)
+  one = int(vocabulary().tokenize("one").numpy()[0])
+  kinds = collections.Counter()
+  for index in range(batches.per_pipeline):
+    firsts = {s[0] for s, _ in _pairs_of(batches.batch(0, index))}
+    assert len(firsts) == 1  # a batch comes from one corpus
+    kinds["a" if firsts == {one} else "b"] += 1
+  # The mixture's epoch holds as many batches as both corpora's epochs,
+  # 3 of corpus a for 1 of b.
+  total = sum(part.per_pipeline for part in batches.parts)
+  assert batches.per_pipeline == sum(kinds.values()) == total
+  assert abs(kinds["a"] - 3 * kinds["b"]) <= 2, kinds
+  whole = _stream(batches, 0, 0, 3 * batches.per_pipeline)
+  again = epoch_batches.training_batches(stores, 64, 32, seed=1)
+  start = batches.per_pipeline + 5
+  assert _stream(again, 1, 5, 9) == whole[start:start + 9]
+
+
+@pytest.mark.parametrize("weights, message", [
+    ("1", "--train_weights=1: expected 2 positive numbers"),
+    ("1,0", "--train_weights=1,0: expected 2 positive numbers"),
+    ("1,x", "--train_weights=1,x: expected 2 positive numbers")])
+def test_bad_weights_are_refused(tmp_path, weights, message):
+  with pytest.raises(DataError, match=message):
+    _two_corpora(tmp_path, weights).check()
+
+
+def test_several_corpora_train_with_one_vocabulary(tmp_path):
+  from tf_transformer import get_config  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  spec = _two_corpora(tmp_path, None)
+  config = get_config("tiny", vocab_size=300, train_steps=2,
+                      batch_tokens=256)
+  result = Runner(str(tmp_path / "run")).train(
+      config, spec, vocab_size=300, max_length=32, eval_every_steps=0,
+      checkpoint_every_secs=0)
+  assert result["step"] == 2
+  stats = json.loads((tmp_path / "run" / "data_stats.json").read_text())
+  assert stats["train"]["pairs"] == 400
+  assert stats["train"]["corpora"] == [{"pairs": 200, "weight": 1.0}] * 2
+  pieces = vocabulary_lib.Vocabulary.load(str(tmp_path / "run")).pieces(
+      tf.constant([int(i) for i in vocabulary_lib.Vocabulary.load(
+          str(tmp_path / "run")).tokenize("one two").numpy()]))
+  assert [p.decode() for p in pieces.numpy()] == ["▁one", "▁two"]

@@ -305,7 +305,7 @@ def test_training_batches_and_the_saved_model_give_the_same_ids(
   spec = DataSpec(dataset="", train_source=str(tmp_path / "s.txt"),
                   train_target=str(tmp_path / "t.txt"))
   store = token_store.write(str(tmp_path), "train", spec, vocab)
-  batches = EpochBatches(store, batch_tokens=256, max_length=64)
+  batches = EpochBatches(store, batch_tokens=256, max_length=64)  # 1 corpus
   for i, (source, target) in enumerate(pairs):
     (source_row,), (target_in,), (labels,) = _one_pair_batch(batches, i)
     trim = lambda ids: [int(i) for i in ids if i != PAD_ID]

@@ -68,6 +68,8 @@ def define_flags():
   flags.DEFINE_integer("input_batch_tokens", 25000, "input: --batch_tokens "
                        "(the paper's 25,000).")
   flags.DEFINE_integer("input_batches", 200, "input: batches timed.")
+  flags.DEFINE_integer("input_step_batch_tokens", 3125, "input: --batch_tokens"
+                       " of the bin/train.py start (25,000 / 8 GPUs).")
   flags.DEFINE_string("output", "benchmark.json", "Where the JSON goes.")
   flags.register_validator("sections", lambda s: set(s) <= set(SECTIONS),
                            f"--sections: each must be one of {SECTIONS}")

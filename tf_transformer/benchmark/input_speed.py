@@ -12,8 +12,11 @@ runs:
 - prepare: `bin/prepare_data.py` (vocabulary, token arrays, statistics):
   wall seconds, and the tokenization's pairs/s a thread;
 - start: `bin/train.py --train_steps=1` of the tiny model on the prepared
-  directory (arrays linked into a fresh run): wall seconds from launch to
-  exit, and the seconds its log shows from start to step 1;
+  directory (arrays linked into a fresh run), at `--input_step_batch_tokens`
+  (one of the paper's 8 GPUs' share: a step's own tensors, such as its
+  [tokens, vocabulary] logits, grow with the batch, not with the corpus):
+  wall seconds from launch to exit, and the seconds its log shows from
+  start to step 1;
 - the pipeline (`input_worker`), from batch 0 and from mid-epoch (a
   resume): seconds to the first batch, real (non-pad) source + target
   tokens/s over `--input_batches` batches, a thread.
@@ -145,19 +148,22 @@ def _train_start(o, prepared, source, target):
       sys.executable, "bin/train.py", f"--model_dir={run}", "--dataset=",
       f"--train_source={source}", f"--train_target={target}",
       "--config=tiny", f"--max_length={o.input_max_length}",
-      f"--batch_tokens={o.input_batch_tokens}", "--train_steps=1",
+      f"--batch_tokens={o.input_step_batch_tokens}", "--train_steps=1",
       "--eval_every_steps=0", "--checkpoint_every_secs=0",
       "--log_every_steps=1", "--alsologtostderr"])
+  with open(os.path.join(run, "train_stderr.txt"), "w") as f:
+    f.write(err)
   logged = [(_log_time(line), line) for line in err.splitlines()
             if _log_time(line) is not None]
   step = [t for t, line in logged if re.search(r"step 1/1 loss", line)]
   return {"seconds": seconds, "rss_anon_peak_mib": peak,
+          "batch_tokens": o.input_step_batch_tokens, "log": f.name,
           "log_start_to_step_1": (step[0] - logged[0][0] if step else None)}
 
 
 def _log_time(line):
   """Seconds of day of an absl log line (`I1125 10:40:01.123 ...`)."""
-  match = re.match(r"[IWE]\d{4} (\d+):(\d+):(\d+\.\d+)", line)
+  match = re.match(r"[IWE](?!0000)\d{4} (\d\d):(\d\d):(\d\d\.\d+) ", line)
   if not match:
     return None
   h, m, s = match.groups()
@@ -175,7 +181,8 @@ def report_lines(figures):
       f"{p['tokenize_pairs_per_sec_per_thread']:,.0f} pairs/s a thread on "
       f"{p['threads']}; arrays {p['array_mib']:.0f} MiB; peak RssAnon "
       f"{p['rss_anon_peak_mib']:.0f} MiB",
-      f"  train.py --train_steps=1 (tiny): {s['seconds']:.1f} s launch to "
+      f"  train.py --train_steps=1 (tiny, {s['batch_tokens']} tokens a "
+      f"batch): {s['seconds']:.1f} s launch to "
       f"exit, {s['log_start_to_step_1'] or float('nan'):.1f} s from its "
       f"first log line to step 1; peak RssAnon {s['rss_anon_peak_mib']:.0f}"
       " MiB"]

@@ -30,7 +30,7 @@ def main(directory, batch_tokens, max_length, where, num_batches):
   with open(f"{directory}/train.tokens.json") as f:
     spec = DataSpec(**json.load(f)["data"])  # what they were made from
   store = token_store.open_store(directory, "train", spec,
-                                 Vocabulary.load(directory))
+                                 Vocabulary.load(directory))  # one corpus
   batches = EpochBatches(store, batch_tokens, max_length)
   plan_start = time.time()
   batches.plan(0)

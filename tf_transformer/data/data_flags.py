@@ -15,10 +15,18 @@ def define_flags():
   for split in ("train", "dev", "test"):
     flags.DEFINE_string(f"{split}_source", None,
                         f"Local {split} source text, one sentence per line, "
-                        "or a source<TAB>target file when no target is given.")
+                        "or a source<TAB>target file when no target is given"
+                        + ("; several comma-separated files are several "
+                           "corpora (--train_weights)." if split == "train"
+                           else "."))
     flags.DEFINE_string(f"{split}_target", None,
                         f"Local {split} target text, line-aligned with "
                         f"--{split}_source.")
+  flags.DEFINE_string(
+      "train_weights", None, "With several comma-separated --train_source "
+      "(and --train_target) files: comma-separated sampling weights, one a "
+      "corpus; each batch is drawn from one corpus with these odds "
+      "(default: equal), as OpenNMT-tf's train_files_weights.")
   flags.DEFINE_string("source_language", "en", "Source language code.")
   flags.DEFINE_string("target_language", "de", "Target language code.")
   flags.DEFINE_string("data_dir", None, "TFDS data directory.")
@@ -48,6 +56,7 @@ def spec_from_flags(values=None) -> DataSpec:
   return DataSpec(
       dataset=values.dataset or "",
       train_source=values.train_source, train_target=values.train_target,
+      train_weights=values.train_weights,
       dev_source=values.dev_source, dev_target=values.dev_target,
       test_source=values.test_source, test_target=values.test_target,
       source_language=values.source_language,

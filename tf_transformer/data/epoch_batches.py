@@ -73,7 +73,7 @@ class EpochBatches:
       return self._plans[epoch]
 
   def _make_plan(self, epoch):
-    rng = np.random.default_rng([self.seed, epoch])
+    rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
     shuffled = rng.permutation(len(self.kept))
     by_group = shuffled[np.argsort(self.group[shuffled], kind="stable")]
     order = self.kept[by_group]
@@ -106,22 +106,72 @@ class EpochBatches:
                     last=EOS_ID))
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
-    """Endless: `(((source, target_in), target_out), (epoch, index))` from
-    this pipeline's batch `start_batch` of `start_epoch` on."""
-    per_epoch = self.per_pipeline
+    return _stream(self, start_epoch, start_batch)
 
-    def load(position):
-      epoch, index = position // per_epoch, position % per_epoch
-      tensors = tf.numpy_function(self.batch, [epoch, index],
-                                  [tf.int32] * 3, stateful=False)
-      source, target_in, target_out = [tf.ensure_shape(t, [None, None])
-                                       for t in tensors]
-      return ((source, target_in), target_out), (epoch, index)
 
-    start = start_epoch * per_epoch + start_batch
-    return tf.data.Dataset.range(start, 2**62).map(
-        load, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True).prefetch(tf.data.AUTOTUNE)
+class WeightedBatches:
+  """Batches of several corpora (`EpochBatches` each), each batch drawn
+  from corpus k with odds `weights[k]`, as OpenNMT-tf's weighted datasets.
+
+  An epoch of the mixture holds S_k batches of corpus k, S_k its weight's
+  share of all corpora's batches (at least 1), in an order drawn by (seed,
+  epoch); corpus k's batches run on through its own epochs, whatever the
+  mixture's. Position (epoch, index) -> (corpus, its batch) is a function,
+  so a resume needs no replay either.
+  """
+
+  def __init__(self, parts, weights, seed=0):
+    self.parts, self.seed = parts, seed
+    total = sum(p.per_pipeline for p in parts)
+    self.shares = np.array([max(1, round(total * w / sum(weights)))
+                            for w in weights])
+    self.per_pipeline = int(self.shares.sum())
+    self.num_batches = sum(p.num_batches for p in parts)
+    self._plans, self._lock = {}, threading.Lock()
+
+  def plan(self, epoch):
+    """(corpus of each position, its running batch count in the epoch)."""
+    with self._lock:
+      if epoch not in self._plans:
+        if len(self._plans) >= 2:
+          del self._plans[min(self._plans)]
+        rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
+        corpus = rng.permutation(np.repeat(np.arange(len(self.parts)),
+                                           self.shares))
+        running = np.zeros(len(corpus), np.int64)
+        for k in range(len(self.parts)):
+          running[corpus == k] = np.arange(self.shares[k])
+        self._plans[epoch] = corpus, running
+      return self._plans[epoch]
+
+  def batch(self, epoch, index):
+    corpus, running = self.plan(int(epoch))
+    k = int(corpus[int(index)])
+    j = int(epoch) * int(self.shares[k]) + int(running[int(index)])
+    part = self.parts[k]
+    return part.batch(j // part.per_pipeline, j % part.per_pipeline)
+
+  def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
+    return _stream(self, start_epoch, start_batch)
+
+
+def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
+  """Endless: `(((source, target_in), target_out), (epoch, index))` from
+  `batches`' batch `start_batch` of `start_epoch` on."""
+  per_epoch = batches.per_pipeline
+
+  def load(position):
+    epoch, index = position // per_epoch, position % per_epoch
+    tensors = tf.numpy_function(batches.batch, [epoch, index],
+                                [tf.int32] * 3, stateful=False)
+    source, target_in, target_out = [tf.ensure_shape(t, [None, None])
+                                     for t in tensors]
+    return ((source, target_in), target_out), (epoch, index)
+
+  start = start_epoch * per_epoch + start_batch
+  return tf.data.Dataset.range(start, 2**62).map(
+      load, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True).prefetch(tf.data.AUTOTUNE)
 
 
 def _padded(flat, offsets, pairs, width, first=None, last=None):
@@ -143,22 +193,38 @@ def _padded(flat, offsets, pairs, width, first=None, last=None):
   return out
 
 
-def training_stream_fn(store, batch_tokens, max_length, seed=0,
+def training_batches(stores, batch_tokens, max_length, seed=0,
+                     num_pipelines=1, pipeline=0):
+  """The batches of `stores` ([(TokenStore, weight)], `token_store.
+  open_training`): `EpochBatches` for one corpus, `WeightedBatches` for
+  several."""
+  parts = [EpochBatches(store, batch_tokens, max_length,
+                        seed if len(stores) == 1 else (seed, k),
+                        num_pipelines, pipeline)
+           for k, (store, _) in enumerate(stores)]
+  if len(parts) == 1:
+    return parts[0]
+  return WeightedBatches(parts, [weight for _, weight in stores], seed)
+
+
+def training_stream_fn(stores, batch_tokens, max_length, seed=0,
                        start_epoch=0, start_batch=0):
   """For `strategy.distribute_datasets_from_function`: each input pipeline
   takes its share of every epoch's batches, of `batch_tokens /
   num_replicas` tokens a side, so a global step sees about `batch_tokens`
   tokens a side; the stream starts at (`start_epoch`, `start_batch`)."""
   def dataset_fn(input_context: tf.distribute.InputContext):
-    batches = EpochBatches(
-        store, batch_tokens // input_context.num_replicas_in_sync,
+    batches = training_batches(
+        stores, batch_tokens // input_context.num_replicas_in_sync,
         max_length, seed, input_context.num_input_pipelines,
         input_context.input_pipeline_id)
+    pairs = sum(store.num_pairs for store, _ in stores)
+    kept = sum(len(p.kept) for p in getattr(batches, "parts", [batches]))
     logging.info("input pipeline %d of %d: %d of each epoch's %d batches "
                  "(%d of %d pairs kept, the rest over --max_length=%d), from "
-                 "epoch %d batch %d", batches.pipeline, batches.num_pipelines,
-                 batches.per_pipeline, batches.num_batches,
-                 len(batches.kept), store.num_pairs, max_length, start_epoch,
+                 "epoch %d batch %d", input_context.input_pipeline_id,
+                 input_context.num_input_pipelines, batches.per_pipeline,
+                 batches.num_batches, kept, pairs, max_length, start_epoch,
                  start_batch)
     return batches.dataset(start_epoch, start_batch)
   return dataset_fn

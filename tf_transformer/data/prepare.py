@@ -3,6 +3,8 @@
 import itertools
 import time
 
+import numpy as np
+
 from absl import logging
 
 from tf_transformer.data import batching
@@ -57,15 +59,16 @@ def build_vocabulary(spec, vocab_size=None, model_type="bpe",
 
 
 @errors.unwrapped()  # read through tf.data, which wraps a DataError
-def corpus_statistics(spec, vocabulary, max_length, train_store=None):
+def corpus_statistics(spec, vocabulary, max_length, train_stores=None):
   """Per split: pairs, tokens, length percentiles, pairs dropped and why;
-  the training split's from its `token_store` arrays when given."""
+  the training split's from its token arrays when given
+  (`token_store.open_training`)."""
   stats = {"vocab_size": vocabulary.vocab_size}
   for split in sources.SPLITS:
     if not sources.has_split(spec, split):
       continue
-    if split == "train" and train_store is not None:
-      stats[split] = store_statistics(train_store, max_length)
+    if split == "train" and train_stores is not None:
+      stats[split] = store_statistics(train_stores, max_length)
       continue
     read = corpora.ReadStats()
     tokens = batching.tokenize(
@@ -78,12 +81,18 @@ def corpus_statistics(spec, vocabulary, max_length, train_store=None):
   return stats
 
 
-def store_statistics(store, max_length):
-  """`corpus_statistics` of one split from its token arrays (no pass over
-  the text)."""
-  source, target = store.lengths()
+def store_statistics(stores, max_length):
+  """`corpus_statistics` of the training corpora from their token arrays
+  (`token_store.open_training`: no pass over the text)."""
+  lengths = [store.lengths() for store, _ in stores]
+  source = np.concatenate([s for s, _ in lengths])
+  target = np.concatenate([t for _, t in lengths])
   stats = batching.lengths_statistics(source + 1, target, max_length)
-  stats["dropped_empty_side"] = sum(store.manifest["skipped"].values())
+  stats["dropped_empty_side"] = sum(
+      sum(store.manifest["skipped"].values()) for store, _ in stores)
+  if len(stores) > 1:
+    stats["corpora"] = [{"pairs": store.num_pairs, "weight": weight}
+                        for store, weight in stores]
   return stats
 
 

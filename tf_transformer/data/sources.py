@@ -10,7 +10,7 @@ import dataclasses
 import functools
 from typing import Callable, Iterator, Optional, Tuple
 
-from tf_transformer.data import corpora
+from tf_transformer.data import corpora as corpora_lib
 from tf_transformer.data import errors
 from tf_transformer.data import numbers
 from tf_transformer.data import tfds_corpora
@@ -36,6 +36,11 @@ class DataSpec:
   manual_dir: Optional[str] = None
   numbers_train_size: int = numbers.DEFAULT_SIZES["train"]
   seed: int = 0
+  # Several local training corpora: comma-separated `train_source` (and
+  # `train_target`) files, each batch drawn from one of them by these
+  # comma-separated weights (default: equal), as OpenNMT-tf's
+  # `train_files_weights`.
+  train_weights: Optional[str] = None
 
   def check(self) -> "DataSpec":
     local = any((self.train_source, self.train_target))
@@ -46,10 +51,53 @@ class DataSpec:
     if not self.dataset and not self.train_source:
       raise DataError("no training data: pass --dataset (numbers or a TFDS "
                       "name) or --train_source and --train_target")
+    self.weights()
     return self
+
+  def weights(self) -> Tuple[float, ...]:
+    """The sampling weight of each training corpus (`corpora`)."""
+    sources_ = _split(self.train_source)
+    targets = _split(self.train_target)
+    if targets and len(targets) != len(sources_):
+      raise DataError(f"--train_source names {len(sources_)} files and "
+                      f"--train_target {len(targets)}; give one target file "
+                      "for each source file, in the same order")
+    if not self.train_weights:
+      return (1.0,) * max(len(sources_), 1)
+    if self.dataset:
+      raise DataError("--train_weights applies to local corpora "
+                      "(--dataset= with several --train_source files)")
+    try:
+      weights = tuple(float(w) for w in _split(self.train_weights))
+    except ValueError:
+      weights = ()
+    if len(weights) != len(sources_) or not all(w > 0 for w in weights):
+      raise DataError(f"--train_weights={self.train_weights}: expected "
+                      f"{len(sources_)} positive numbers, one for each "
+                      "--train_source file")
+    return weights
 
   def files(self, split: str) -> Tuple[Optional[str], Optional[str]]:
     return getattr(self, f"{split}_source"), getattr(self, f"{split}_target")
+
+
+def _split(files: Optional[str]) -> list:
+  return [f.strip() for f in files.split(",") if f.strip()] if files else []
+
+
+def corpora(spec: DataSpec) -> list:
+  """(name, weight, spec) of each training corpus: one ("train") unless
+  several local files are given ("train0", "train1", ...), each spec
+  reading only its own."""
+  spec.check()
+  sources_ = _split(spec.train_source)
+  if len(sources_) <= 1:
+    return [("train", 1.0, spec)]
+  targets = _split(spec.train_target) or [None] * len(sources_)
+  return [(f"train{i}", weight, dataclasses.replace(
+      spec, train_source=source, train_target=target, train_weights=None))
+          for i, (source, target, weight) in enumerate(
+              zip(sources_, targets, spec.weights()))]
 
 
 @functools.lru_cache(maxsize=4)
@@ -66,7 +114,7 @@ def has_split(spec: DataSpec, split: str) -> bool:
 
 
 def text_pairs(spec: DataSpec, split: str,
-               stats: Optional[corpora.ReadStats] = None
+               stats: Optional[corpora_lib.ReadStats] = None
                ) -> Callable[[], Iterator[tuple]]:
   """A function that yields the (source, target) pairs of `split` each time
   it is called; read errors surface as `DataError` while iterating (and
@@ -87,7 +135,23 @@ def text_pairs(spec: DataSpec, split: str,
     return lambda: errors.remembered(tfds_corpora.read_tfds(
         spec.dataset, TFDS_SPLITS[split], spec.source_language,
         spec.target_language, spec.data_dir, spec.manual_dir, stats=stats))
+  if split == "train" and len(corpora(spec)) > 1:
+    return _chained([one for _, _, one in corpora(spec)], split, stats)
   source, target = spec.files(split)
   if not source:
     raise DataError(f"--{split}_source: no {split} data given")
-  return lambda: errors.remembered(corpora.read_local(source, target, stats))
+  return lambda: errors.remembered(corpora_lib.read_local(source, target,
+                                                          stats))
+
+
+def _chained(specs, split, stats):
+  """The pairs of each spec's `split` in turn, their counts summed into
+  `stats`."""
+  def read():
+    for one in specs:
+      counts = corpora_lib.ReadStats()
+      yield from text_pairs(one, split, counts)()
+      if stats is not None:
+        stats.pairs += counts.pairs
+        stats.skipped.update(counts.skipped)
+  return read

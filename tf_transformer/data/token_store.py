@@ -1,15 +1,17 @@
-"""A split's sentence pairs tokenized once, kept as flat token-id arrays.
+"""Training corpora tokenized once, kept as flat token-id arrays.
 
-As fairseq's binarized datasets: preparation reads the text once, tokenizes
-it on every core (SentencePiece's own threads) and writes, per split,
+As fairseq's binarized datasets: preparation reads the training text once,
+tokenizes it on every core (SentencePiece's own threads) and writes, per
+training corpus (`CORPUS`: "train", or "train0", "train1", ... for several,
+see `sources.corpora`),
 
-- `SPLIT.source.npy`, `SPLIT.target.npy`: every pair's subword ids end to
+- `CORPUS.source.npy`, `CORPUS.target.npy`: every pair's subword ids end to
   end, `uint16` when the vocabulary has at most 65,536 pieces (2 bytes a
   token), `int32` otherwise; no BOS/EOS (`sequences` adds them);
-- `SPLIT.offsets.npy`: `int64` [pairs + 1, 2], where pair i's source ids
+- `CORPUS.offsets.npy`: `int64` [pairs + 1, 2], where pair i's source ids
   are `source[offsets[i, 0]:offsets[i + 1, 0]]` and its target ids
   likewise in column 1;
-- `SPLIT.tokens.json`: what the arrays were made from (the training data,
+- `CORPUS.tokens.json`: what the arrays were made from (the training data,
   the local files' sizes and modification times, the vocabulary's SHA-256)
   and their sizes, so that stale or damaged arrays are refused, never
   silently mixed.
@@ -24,6 +26,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import time
 from typing import Optional
 
@@ -49,31 +52,33 @@ def training_data(spec) -> dict:
       "target_language")}
   for name in ("train_source", "train_target"):
     if fields[name]:
-      fields[name] = os.path.abspath(fields[name])
+      fields[name] = ",".join(os.path.abspath(path) for path in
+                              fields[name].split(","))
   if spec.dataset == "numbers":
     fields["numbers_train_size"] = spec.numbers_train_size
+  if spec.train_weights:
+    fields["train_weights"] = spec.weights()
   return fields
 
 
-def _origin(spec, split) -> dict:
-  """The data of `split` and, for local files, their sizes and times."""
-  origin = training_data(spec) if split == "train" else {
-      "dataset": spec.dataset, "files": spec.files(split)}
+def _origin(spec) -> dict:
+  """The training data of a one-corpus `spec` and, for local files, their
+  sizes and modification times."""
   files = {}
-  for path in spec.files(split) if not spec.dataset else ():
+  for path in spec.files("train") if not spec.dataset else ():
     if path and os.path.exists(path):
       stat = os.stat(path)
       files[os.path.abspath(path)] = [stat.st_size, stat.st_mtime_ns]
-  return {"data": origin, "files": files}
+  return {"data": training_data(spec), "files": files}
 
 
 def _sha256(vocabulary) -> str:
   return hashlib.sha256(vocabulary.model_proto).hexdigest()
 
 
-def _path(directory, split, name):
+def _path(directory, corpus, name):
   suffix = "tokens.json" if name == "manifest" else f"{name}.npy"
-  return os.path.join(directory, f"{split}.{suffix}")
+  return os.path.join(directory, f"{corpus}.{suffix}")
 
 
 @dataclasses.dataclass
@@ -100,24 +105,25 @@ class TokenStore:
             self.target[t0:t1].astype(np.int32))
 
 
-def write(directory, split, spec, vocabulary, num_threads=None) -> TokenStore:
-  """Reads `split` of `spec` once, tokenizes it with `vocabulary` on
-  `num_threads` threads (default: every core) and writes its arrays to
-  `directory`; pairs with an empty side are skipped (and counted in the
-  manifest). Raises DataError naming a bad file and line."""
+def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
+  """Reads the training pairs of a one-corpus `spec` once, tokenizes them
+  with `vocabulary` on `num_threads` threads (default: every core) and
+  writes their arrays to `directory` as `corpus` (see `sources.corpora`);
+  pairs with an empty side are skipped (and counted in the manifest).
+  Raises DataError naming a bad file and line."""
   num_threads = num_threads or os.cpu_count() or 1
   processor = vocabulary.processor()
   dtype = np.uint16 if vocabulary.vocab_size <= 2**16 else np.int32
   read = corpora.ReadStats()
-  pairs = sources.text_pairs(spec, split, read)()
+  pairs = sources.text_pairs(spec, "train", read)()
   start = time.time()
   os.makedirs(directory, exist_ok=True)
-  tmp = {name: _path(directory, split, name) + ".raw" for name in
+  tmp = {name: _path(directory, corpus, name) + ".raw" for name in
          ("source", "target")}
   counts = {"source": [], "target": []}
   with errors.unwrapped(), open(tmp["source"], "wb") as source_file, open(
       tmp["target"], "wb") as target_file, Progress(
-          f"tokenized {split}:", None, "pairs") as progress:
+          f"tokenized {corpus}:", None, "pairs") as progress:
     files = {"source": source_file, "target": target_file}
     while True:
       chunk = list(itertools.islice(pairs, CHUNK))
@@ -137,24 +143,24 @@ def write(directory, split, spec, vocabulary, num_threads=None) -> TokenStore:
     if counts[side]:
       np.cumsum(np.concatenate(counts[side]), out=offsets[1:, column])
   for side in ("source", "target"):  # raw bytes -> .npy, without a copy
-    _raw_to_npy(tmp[side], _path(directory, split, side), dtype,
+    _raw_to_npy(tmp[side], _path(directory, corpus, side), dtype,
                 int(offsets[-1, 0 if side == "source" else 1]))
-  np.save(_path(directory, split, "offsets"), offsets)
+  np.save(_path(directory, corpus, "offsets"), offsets)
   seconds = time.time() - start
-  manifest = dict(_origin(spec, split), format=FORMAT, pairs=num_pairs,
+  manifest = dict(_origin(spec), format=FORMAT, pairs=num_pairs,
                   skipped=dict(read.skipped), dtype=np.dtype(dtype).name,
                   source_tokens=int(offsets[-1, 0]),
                   target_tokens=int(offsets[-1, 1]),
                   vocabulary_sha256=_sha256(vocabulary),
                   tokenize_seconds=round(seconds, 3), threads=num_threads)
-  with open(_path(directory, split, "manifest") + ".tmp", "w") as f:
+  with open(_path(directory, corpus, "manifest") + ".tmp", "w") as f:
     json.dump(manifest, f, indent=2)
-  os.replace(_path(directory, split, "manifest") + ".tmp",
-             _path(directory, split, "manifest"))
+  os.replace(_path(directory, corpus, "manifest") + ".tmp",
+             _path(directory, corpus, "manifest"))
   logging.info("tokenized %d %s pairs in %.1f s on %d threads (%.0f pairs/s "
-               "a thread) into %s", num_pairs, split, seconds, num_threads,
+               "a thread) into %s", num_pairs, corpus, seconds, num_threads,
                num_pairs / max(seconds, 1e-9) / num_threads, directory)
-  return open_store(directory, split, spec, vocabulary)
+  return open_store(directory, corpus, spec, vocabulary)
 
 
 def _raw_to_npy(raw_path, npy_path, dtype, count):
@@ -172,34 +178,35 @@ def _raw_to_npy(raw_path, npy_path, dtype, count):
   os.replace(npy_path + ".tmp", npy_path)
 
 
-def exists(directory, split) -> bool:
-  return os.path.exists(_path(directory, split, "manifest"))
+def exists(directory, corpus) -> bool:
+  return os.path.exists(_path(directory, corpus, "manifest"))
 
 
-def open_store(directory, split, spec, vocabulary) -> TokenStore:
-  """The arrays of `split` in `directory`, memory-mapped, after checking
-  that they were made from `spec`'s data (local files unchanged since) with
-  `vocabulary`, and are whole. Raises DataError naming the file."""
-  manifest_path = _path(directory, split, "manifest")
+def open_store(directory, corpus, spec, vocabulary) -> TokenStore:
+  """The arrays of `corpus` in `directory`, memory-mapped, after checking
+  that they were made from the one-corpus `spec`'s training data (local
+  files unchanged since) with `vocabulary`, and are whole. Raises DataError
+  naming the file."""
+  manifest_path = _path(directory, corpus, "manifest")
   try:
     with open(manifest_path) as f:
       manifest = json.load(f)
   except (OSError, ValueError) as e:
     raise DataError(f"{manifest_path}: cannot read ({e}); delete the "
-                    f"{split}.* token files there to tokenize again") from None
-  stale = _stale(manifest, spec, split, vocabulary)
+                    f"{corpus}.* token files there to tokenize again") from None
+  stale = _stale(manifest, spec, corpus, vocabulary)
   if stale:
     raise DataError(f"{manifest_path}: the token arrays there are stale: "
-                    f"{stale}; delete {directory}/{split}.*.npy and "
-                    f"{split}.tokens.json to tokenize again, or use another "
+                    f"{stale}; delete {directory}/{corpus}.*.npy and "
+                    f"{corpus}.tokens.json to tokenize again, or use another "
                     "directory")
   arrays = {}
   for name in ARRAYS:
-    path = _path(directory, split, name)
+    path = _path(directory, corpus, name)
     try:
       arrays[name] = np.load(path, mmap_mode="r")
     except (OSError, ValueError) as e:
-      raise DataError(f"{path}: missing or damaged ({e}); delete the {split}."
+      raise DataError(f"{path}: missing or damaged ({e}); delete the {corpus}."
                       "* token files to tokenize again") from None
   expected = {"source": (manifest["source_tokens"],),
               "target": (manifest["target_tokens"],),
@@ -207,20 +214,20 @@ def open_store(directory, split, spec, vocabulary) -> TokenStore:
   for name in ARRAYS:
     if arrays[name].shape != expected[name]:
       raise DataError(
-          f"{_path(directory, split, name)}: shape {arrays[name].shape}, but "
+          f"{_path(directory, corpus, name)}: shape {arrays[name].shape}, but "
           f"{manifest_path} says {expected[name]} (a truncated copy?); delete "
-          f"the {split}.* token files to tokenize again")
+          f"the {corpus}.* token files to tokenize again")
   return TokenStore(manifest=manifest, **arrays)
 
 
-def _stale(manifest, spec, split, vocabulary) -> Optional[str]:
-  """Why `manifest` does not describe `split` of `spec` tokenized by
+def _stale(manifest, spec, corpus, vocabulary) -> Optional[str]:
+  """Why `manifest` does not describe `spec`'s training pairs tokenized by
   `vocabulary`, or None."""
   if manifest.get("format") != FORMAT:
     return f"format {manifest.get('format')}, expected {FORMAT}"
   if manifest.get("vocabulary_sha256") != _sha256(vocabulary):
     return "tokenized with another vocabulary"
-  now = _origin(spec, split)
+  now = _origin(spec)
   if json.loads(json.dumps(now["data"])) != manifest["data"]:
     return f"made from {manifest['data']}, not {now['data']}"
   for path, (size, mtime) in manifest["files"].items():
@@ -229,26 +236,39 @@ def _stale(manifest, spec, split, vocabulary) -> Optional[str]:
   return None
 
 
-def wait_for(directory, split, timeout_secs=3600):
-  """Non-chief workers wait for the chief to write `split`'s arrays."""
+def wait_for(directory, spec, timeout_secs=3600):
+  """Non-chief workers wait for the chief to write `spec`'s arrays."""
   deadline = time.time() + timeout_secs
-  while not exists(directory, split):
-    if time.time() > deadline:
-      raise TimeoutError(f"{directory}: the chief did not write "
-                         f"{_path(directory, split, 'manifest')}")
-    time.sleep(1)
+  for corpus, _, _ in sources.corpora(spec):
+    while not exists(directory, corpus):
+      if time.time() > deadline:
+        raise TimeoutError(f"{directory}: the chief did not write "
+                           f"{_path(directory, corpus, 'manifest')}")
+      time.sleep(1)
 
 
-def remove(directory, split):
-  """Deletes `split`'s arrays (the training data changed)."""
-  for name in ("manifest",) + ARRAYS:
-    if os.path.exists(_path(directory, split, name)):
-      os.remove(_path(directory, split, name))
+def remove(directory):
+  """Deletes every training corpus's arrays (the training data changed)."""
+  for name in os.listdir(directory):
+    if re.fullmatch(r"train\d*\.(tokens\.json|(source|target|offsets)\.npy)",
+                    name):
+      os.remove(os.path.join(directory, name))
 
 
-def open_or_write(directory, split, spec, vocabulary) -> TokenStore:
-  """The arrays in `directory` if they are there (stale ones are refused),
-  else tokenizes `split` once and writes them."""
-  if exists(directory, split):
-    return open_store(directory, split, spec, vocabulary)
-  return write(directory, split, spec, vocabulary)
+def open_training(directory, spec, vocabulary, write_missing=True):
+  """[(store, weight)] of each training corpus of `spec` (`sources.corpora`)
+  in `directory`; a corpus whose arrays are not there is tokenized once and
+  written (unless not `write_missing`); stale ones are refused."""
+  stores = []
+  for corpus, weight, one in sources.corpora(spec):
+    if write_missing and not exists(directory, corpus):
+      stores.append((write(directory, corpus, one, vocabulary), weight))
+    else:
+      stores.append((open_store(directory, corpus, one, vocabulary), weight))
+  return stores
+
+
+def all_written(directory, spec) -> bool:
+  """Whether every training corpus of `spec` has arrays in `directory`."""
+  return all(exists(directory, corpus)
+             for corpus, _, _ in sources.corpora(spec))

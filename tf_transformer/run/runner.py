@@ -82,8 +82,10 @@ class Runner:
     vocabulary = prepare_lib.build_vocabulary(
         spec, vocab_size, vocab_model_type, vocab_max_sentences, seed)
     vocabulary.save(self.model_dir)
-    store = token_store.write(self.model_dir, "train", spec, vocabulary)
-    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length, store)
+    token_store.remove(self.model_dir)  # this vocabulary's, written anew
+    stores = token_store.open_training(self.model_dir, spec, vocabulary)
+    stats = prepare_lib.corpus_statistics(spec, vocabulary, max_length,
+                                          stores)
     with open(os.path.join(self.model_dir, STATS_FILE), "w") as f:
       json.dump(stats, f, indent=2)
     return Prepared(vocabulary, stats,
@@ -212,9 +214,8 @@ class Runner:
     """The corpus statistics, after tokenizing the training pairs into
     token arrays; those `prepare` left are taken (never tokenized again),
     with the statistics it wrote where they used the same `max_length`."""
-    prepared = token_store.exists(self.model_dir, "train")
-    store = token_store.open_or_write(self.model_dir, "train", spec,
-                                      vocabulary)
+    prepared = token_store.all_written(self.model_dir, spec)
+    stores = token_store.open_training(self.model_dir, spec, vocabulary)
     saved = os.path.join(self.model_dir, STATS_FILE)
     if prepared and os.path.exists(saved):
       with open(saved) as f:
@@ -224,7 +225,8 @@ class Runner:
         logging.info("using the token arrays and statistics bin/"
                      "prepare_data.py left in %s", self.model_dir)
         return stats
-    return prepare_lib.corpus_statistics(spec, vocabulary, max_length, store)
+    return prepare_lib.corpus_statistics(spec, vocabulary, max_length,
+                                         stores)
 
   def _check_same_data(self, spec, allow_data_change=False):
     """Refuses to resume on other training data, where the optimizer state
@@ -241,7 +243,7 @@ class Runner:
       logging.info("--allow_data_change: resuming on other data (was, "
                    "now): %s", diff)
       run_dir.save(self.model_dir, run_dir.load_config(self.model_dir), spec)
-      token_store.remove(self.model_dir, "train")  # tokenized again
+      token_store.remove(self.model_dir)  # tokenized again
     elif diff:
       raise ValueError(
           f"--model_dir={self.model_dir} was trained on other data (saved, "

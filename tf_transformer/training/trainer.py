@@ -182,11 +182,11 @@ class Trainer:
     input position on, without replaying the batches before it."""
     o = self.options
     if not self.is_chief:
-      token_store.wait_for(o.model_dir, "train")
-    store = token_store.open_or_write(o.model_dir, "train", self.spec,
-                                      self.vocabulary)
+      token_store.wait_for(o.model_dir, self.spec)
+    stores = token_store.open_training(o.model_dir, self.spec,
+                                       self.vocabulary, self.is_chief)
     dataset_fn = epoch_batches.training_stream_fn(
-        store, self.config.training.batch_tokens, o.max_length,
+        stores, self.config.training.batch_tokens, o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
         start_batch=int(self.batch_in_epoch.numpy()))
     return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
