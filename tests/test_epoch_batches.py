@@ -263,3 +263,13 @@ def test_several_corpora_train_with_one_vocabulary(tmp_path):
       tf.constant([int(i) for i in vocabulary_lib.Vocabulary.load(
           str(tmp_path / "run")).tokenize("one two").numpy()]))
   assert [p.decode() for p in pieces.numpy()] == ["▁one", "▁two"]
+
+
+def test_a_bad_line_stops_tokenizing_naming_it_and_leaves_nothing(tmp_path):
+  (tmp_path / "train.en").write_bytes(b"one\n\xff two\n")
+  (tmp_path / "train.de").write_text("eins\nzwei\n")
+  spec = DataSpec(dataset="", train_source=str(tmp_path / "train.en"),
+                  train_target=str(tmp_path / "train.de"))
+  with pytest.raises(DataError, match=r"train\.en:2: invalid UTF-8"):
+    token_store.write(str(tmp_path / "run"), "train", spec, vocabulary())
+  assert os.listdir(tmp_path / "run") == []

@@ -15,6 +15,10 @@ an uninterrupted one would have, without reading the batches before. Input
 pipeline p of P (one per worker under MultiWorkerMirroredStrategy) takes
 batches p, p + P, ... of each epoch and reads only their pairs.
 
+Several corpora (`WeightedBatches`): each batch is drawn from one corpus
+by the corpora's weights, in an order that is a function of (seed, epoch)
+too.
+
 State: the kept pairs' indices and length groups (5 bytes a pair) and one
 epoch's plan (4 to 8 bytes a pair); the token ids stay memory-mapped.
 """

@@ -69,7 +69,10 @@ def _origin(spec) -> dict:
     if path and os.path.exists(path):
       stat = os.stat(path)
       files[os.path.abspath(path)] = [stat.st_size, stat.st_mtime_ns]
-  return {"data": training_data(spec), "files": files}
+  data = training_data(spec)
+  if spec.dataset == "numbers":  # generated from the seed
+    data["numbers_seed"] = spec.seed
+  return {"data": data, "files": files}
 
 
 def _sha256(vocabulary) -> str:
@@ -120,23 +123,18 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
   os.makedirs(directory, exist_ok=True)
   tmp = {name: _path(directory, corpus, name) + ".raw" for name in
          ("source", "target")}
-  counts = {"source": [], "target": []}
-  with errors.unwrapped(), open(tmp["source"], "wb") as source_file, open(
-      tmp["target"], "wb") as target_file, Progress(
-          f"tokenized {corpus}:", None, "pairs") as progress:
-    files = {"source": source_file, "target": target_file}
-    while True:
-      chunk = list(itertools.islice(pairs, CHUNK))
-      if not chunk:
-        break
-      for side, texts in zip(("source", "target"), zip(*chunk)):
-        ids = processor.encode(list(texts), num_threads=num_threads)
-        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype,
-                           int(lengths.sum()))
-        files[side].write(flat.tobytes())
-        counts[side].append(lengths)
-      progress.add(len(chunk))
+  try:
+    with errors.unwrapped(), open(tmp["source"], "wb") as source_file, open(
+        tmp["target"], "wb") as target_file, Progress(
+            f"tokenized {corpus}:", None, "pairs") as progress:
+      counts = _tokenize(pairs, processor, dtype, num_threads,
+                         {"source": source_file, "target": target_file},
+                         progress)
+  except BaseException:  # a bad line, a full disk, Ctrl-C: leave nothing
+    for path in tmp.values():
+      if os.path.exists(path):
+        os.remove(path)
+    raise
   num_pairs = sum(len(lengths) for lengths in counts["source"])
   offsets = np.zeros([num_pairs + 1, 2], np.int64)
   for column, side in enumerate(("source", "target")):
@@ -161,6 +159,24 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
                "a thread) into %s", num_pairs, corpus, seconds, num_threads,
                num_pairs / max(seconds, 1e-9) / num_threads, directory)
   return open_store(directory, corpus, spec, vocabulary)
+
+
+def _tokenize(pairs, processor, dtype, num_threads, files, progress):
+  """Appends each side's ids of `pairs` to `files` (raw `dtype` values),
+  CHUNK pairs a SentencePiece call; returns each side's lengths."""
+  counts = {"source": [], "target": []}
+  while True:
+    chunk = list(itertools.islice(pairs, CHUNK))
+    if not chunk:
+      return counts
+    for side, texts in zip(("source", "target"), zip(*chunk)):
+      ids = processor.encode(list(texts), num_threads=num_threads)
+      lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+      flat = np.fromiter(itertools.chain.from_iterable(ids), dtype,
+                         int(lengths.sum()))
+      files[side].write(flat.tobytes())
+      counts[side].append(lengths)
+    progress.add(len(chunk))
 
 
 def _raw_to_npy(raw_path, npy_path, dtype, count):
