@@ -54,9 +54,9 @@ class EpochBatches:
     self.kept = np.flatnonzero(needed <= max_length).astype(index_type)
     self.group = np.searchsorted(self.lengths, needed[self.kept]).astype(
         np.int8)
-    counts = np.bincount(self.group, minlength=len(self.lengths))
+    self.counts = np.bincount(self.group, minlength=len(self.lengths))
     self.num_batches = int(sum(math.ceil(c / r)
-                               for c, r in zip(counts, self.rows)))
+                               for c, r in zip(self.counts, self.rows)))
     self.per_pipeline = len(range(pipeline, self.num_batches, num_pipelines))
     if not self.per_pipeline:
       raise DataError(
@@ -64,24 +64,19 @@ class EpochBatches:
           f"--batch_tokens={batch_tokens} an epoch, fewer than the "
           f"{num_pipelines} input pipelines; lower --batch_tokens or add "
           "data")
-    self._plans, self._lock = {}, threading.Lock()
+    self._plans = _RecentPlans(self._make_plan)
 
   def plan(self, epoch):
     """(order, starts, ends, groups): batch b of the epoch is the pairs
     `order[starts[b]:ends[b]]`, padded to `lengths[groups[b]]`."""
-    with self._lock:
-      if epoch not in self._plans:
-        if len(self._plans) >= 2:  # the stream only moves forward
-          del self._plans[min(self._plans)]
-        self._plans[epoch] = self._make_plan(epoch)
-      return self._plans[epoch]
+    return self._plans.get(epoch)
 
   def _make_plan(self, epoch):
     rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
     shuffled = rng.permutation(len(self.kept))
     by_group = shuffled[np.argsort(self.group[shuffled], kind="stable")]
     order = self.kept[by_group]
-    counts = np.bincount(self.group, minlength=len(self.lengths))
+    counts = self.counts
     group_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     starts, groups = [], []
     for g, (first, count, rows) in enumerate(zip(group_starts, counts,
@@ -131,22 +126,20 @@ class WeightedBatches:
                             for w in weights])
     self.per_pipeline = int(self.shares.sum())
     self.num_batches = sum(p.num_batches for p in parts)
-    self._plans, self._lock = {}, threading.Lock()
+    self._plans = _RecentPlans(self._make_plan)
 
   def plan(self, epoch):
     """(corpus of each position, its running batch count in the epoch)."""
-    with self._lock:
-      if epoch not in self._plans:
-        if len(self._plans) >= 2:
-          del self._plans[min(self._plans)]
-        rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
-        corpus = rng.permutation(np.repeat(np.arange(len(self.parts)),
-                                           self.shares))
-        running = np.zeros(len(corpus), np.int64)
-        for k in range(len(self.parts)):
-          running[corpus == k] = np.arange(self.shares[k])
-        self._plans[epoch] = corpus, running
-      return self._plans[epoch]
+    return self._plans.get(epoch)
+
+  def _make_plan(self, epoch):
+    rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
+    corpus = rng.permutation(np.repeat(np.arange(len(self.parts)),
+                                       self.shares))
+    running = np.zeros(len(corpus), np.int64)
+    for k in range(len(self.parts)):
+      running[corpus == k] = np.arange(self.shares[k])
+    return corpus, running
 
   def batch(self, epoch, index):
     corpus, running = self.plan(int(epoch))
@@ -157,6 +150,23 @@ class WeightedBatches:
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
     return _stream(self, start_epoch, start_batch)
+
+
+class _RecentPlans:
+  """The plans of the last two epochs asked for (the stream only moves
+  forward; near an epoch's end, parallel reads ask for both), made once
+  each by `make(epoch)` under a lock."""
+
+  def __init__(self, make):
+    self._make, self._plans, self._lock = make, {}, threading.Lock()
+
+  def get(self, epoch):
+    with self._lock:
+      if epoch not in self._plans:
+        if len(self._plans) >= 2:
+          del self._plans[min(self._plans)]
+        self._plans[epoch] = self._make(epoch)
+      return self._plans[epoch]
 
 
 def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
