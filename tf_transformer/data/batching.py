@@ -63,14 +63,19 @@ def pair_length(source_ids, target_ids):
   return tf.maximum(tf.shape(source_ids)[0], tf.shape(target_ids)[0] + 1)
 
 
-def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
-                  max_length: int) -> tf.data.Dataset:
-  """Length-bucketed batches of at most `batch_tokens` tokens per side, in
-  the order the pairs come (one pass, as the dev set is read)."""
+def check_budget(batch_tokens: int, max_length: int):
+  """Raises DataError unless a batch can hold the longest pair kept."""
   if batch_tokens < max_length:
     raise DataError(f"--batch_tokens={batch_tokens} cannot hold one sentence "
                     f"of --max_length={max_length}; raise --batch_tokens or "
                     "lower --max_length")
+
+
+def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
+                  max_length: int) -> tf.data.Dataset:
+  """Length-bucketed batches of at most `batch_tokens` tokens per side, in
+  the order the pairs come (one pass, as the dev set is read)."""
+  check_budget(batch_tokens, max_length)
   lengths = bucket_lengths(max_length)
   fits = lambda s, t: pair_length(s, t) <= max_length
   dataset = token_pairs.filter(fits)

@@ -40,10 +40,7 @@ class EpochBatches:
 
   def __init__(self, store, batch_tokens, max_length, seed=0,
                num_pipelines=1, pipeline=0):
-    if batch_tokens < max_length:
-      raise DataError(f"--batch_tokens={batch_tokens} cannot hold one "
-                      f"sentence of --max_length={max_length}; raise "
-                      "--batch_tokens or lower --max_length")
+    batching.check_budget(batch_tokens, max_length)
     self.store, self.seed = store, seed
     self.num_pipelines, self.pipeline = num_pipelines, pipeline
     self.lengths = np.array(batching.bucket_lengths(max_length))
