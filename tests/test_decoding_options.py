@@ -139,19 +139,22 @@ def test_an_empty_batch_gives_empty_nbest_lists(model, method):
 
 
 @pytest.mark.parametrize("method", ["beam", "greedy", "sample"])
-def test_a_stored_output_transpose_decodes_the_same(model, method):
-  """The export multiplies each step by a stored transpose of the output
-  embedding instead of the embedding with transpose_b: same outputs, scores
-  equal to float32 rounding, in graph mode and for split batches."""
+def test_stored_step_weights_decode_the_same(model, method):
+  """The export keeps the decoding step's weights as variables (Q, K, V
+  concatenated, the output embedding transposed) which a search reads once
+  before its loop; without them it prepares them from the model: the same
+  outputs, in graph mode and for split batches."""
   options = DecodingOptions(method=method, num_samples=2, seed=3,
                             max_decode_length_offset=6)
-  kernel = tf.Variable(model.output_embedding.transposed())
-  assert kernel.shape == (model.config.model.d_model,
-                          model.config.model.vocab_size)
+  stored = tf.nest.map_structure(
+      lambda w: None if w is None else tf.Variable(w),
+      model.step_weights(SOURCES.shape[1] + 8))
+  assert stored.output_kernel.shape == (model.config.model.d_model,
+                                        model.config.model.vocab_size)
   plain = tf.function(lambda s: decode_in_parts(model, s, options, 2))
-  stored = tf.function(
-      lambda s: decode_in_parts(model, s, options, 2, kernel))
+  from_stored = tf.function(
+      lambda s: decode_in_parts(model, s, options, 2, stored))
   plain_ids, plain_scores = plain(SOURCES)
-  ids, scores = stored(SOURCES)
+  ids, scores = from_stored(SOURCES)
   np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
   np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-5)

@@ -8,8 +8,9 @@ Incremental decoding, one position at a time with static shapes (for
 `group_size` hypotheses per sentence, ids_at_step has batch * group_size rows):
 
     cache = model.initial_cache(memory, max_length, group_size=1)
-    logits, cache = model.decode(ids_at_step, None, source_mask, cache=cache,
-                                 step=step)
+    weights = model.step_weights(max_length)      # once per search
+    logits, cache = model.decode_step(ids_at_step, step, cache, source_mask,
+                                      weights)
 
 Token ids use `special_ids`: PAD_ID is masked everywhere; the decoder input is
 the target shifted right behind BOS_ID.
@@ -19,6 +20,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.config import TransformerConfig
+from tf_transformer.layers import fused_step
 from tf_transformer.layers import masks
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.decoder import Decoder
@@ -124,15 +126,14 @@ class Transformer(keras.Model):
     return self.decoder.initial_cache(memory, max_length, group_size)
 
   def decode(self, target_input_ids, memory, source_mask, cache=None,
-             step=None, training=None, return_attention_scores=False,
-             output_kernel=None):
+             step=None, training=None, return_attention_scores=False):
     """Logits [batch, target_length, vocab_size] for the decoder input.
 
     With `cache` and `step`, `target_input_ids` is [batch * group_size, 1]
     (the token at position `step`), `source_mask` stays [batch,
     source_length] and the result is (logits, new_cache); the step consumes
-    `cache`. `output_kernel`: the output embedding's `transposed()`, kept
-    by a caller that decodes many steps.
+    `cache` (the Keras layers' step, which also gives attention weights; a
+    search runs `decode_step`).
     """
     x = self._embed(self.target_embedding, self.target_positions,
                     self.target_dropout, target_input_ids,
@@ -144,10 +145,25 @@ class Transformer(keras.Model):
                            return_attention_scores=return_attention_scores)
     if not isinstance(outputs, tuple):
       outputs = (outputs,)
-    logits = tf.cast(self.output_embedding.logits(outputs[0], output_kernel),
+    logits = tf.cast(self.output_embedding.logits(outputs[0]),
                      tf.float32)
     outputs = (logits,) + outputs[1:]
     return outputs[0] if len(outputs) == 1 else outputs
+
+  def step_weights(self, max_positions):
+    """The weights of `decode_step` (`layers/fused_step.StepWeights`) for
+    outputs of up to `max_positions` tokens, as tensors computed from the
+    model's variables: prepare them once per search, or once per export."""
+    return fused_step.prepare(self, max_positions)
+
+  def decode_step(self, ids, step, cache, source_mask, weights):
+    """One incremental decoding step as a search runs it: (logits [rows,
+    vocab] float32, cache) for `ids` [rows, 1] at position `step`, with
+    `weights` from `step_weights`. The same function as `decode` with a
+    cache (tests/test_fused_step.py), in fewer, fused kernels
+    (`layers/fused_step.py`); the step consumes `cache`."""
+    return fused_step.decoder_step(weights, fused_step.shape_of(self), ids,
+                                   step, cache, source_mask)
 
   def call(self, inputs, training=None):
     source_ids, target_input_ids = inputs

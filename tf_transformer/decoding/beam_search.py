@@ -4,7 +4,7 @@
                               limits, max_length, beam_size=4, alpha=0.6)
 
 `symbols_to_logits(ids [batch*beam, 1], step, cache) -> (logits, cache)` runs
-one decoder position; it is called once per output token, never on the whole
+one decoder position (logits [batch*beam, vocab], or [batch*beam, 1, vocab]); it is called once per output token, never on the whole
 prefix. Scores are log P(Y|X) / lp(Y) with GNMT's length penalty
 lp(Y) = ((5 + |Y|) / 6)^alpha (|Y| counts the EOS).
 
@@ -174,7 +174,9 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
     s = state
     batch = tf.shape(s.alive_seq)[0]  # the sentences still searching
     logits, cache = symbols_to_logits(s.last_tokens, step, s.cache)
-    logits = tf.cast(logits[:, -1], tf.float32)
+    if logits.shape.rank == 3:  # [rows, 1, vocab]
+      logits = logits[:, -1]
+    logits = tf.cast(logits, tf.float32)
     # The best 2k continuations of each hypothesis hold the best 2k of its
     # sentence: rank those only, and normalize only them (log-softmax is
     # logits - logsumexp).

@@ -10,6 +10,7 @@ own log P(Y|X), whatever the temperature, so samples rank like beams.
 import tensorflow as tf
 
 from tf_transformer.decoding import prefix as prefix_lib
+from tf_transformer.layers import fused_step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
 
@@ -19,22 +20,22 @@ def _never_output_mask(vocab_size):
 
 
 def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
-                  output_kernel=None, prefix=None):
+                  step_weights=None, prefix=None):
   """Returns (ids [batch, length] ending with EOS or cut at the limit, then
   PAD; scores [batch], the log-probability of each output). `max_length`
   (at least every limit) fixes the buffers' length, a static shape for
-  XLA; the ids then have `max_length` columns. `output_kernel`: see
-  `Transformer.decode`."""
+  XLA; the ids then have `max_length` columns. `step_weights`: see
+  `search.decode`."""
   def most_likely(log_probs, step):
     del step
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
   return left_to_right(model, source_ids, most_likely, max_length_offset,
-                       max_length, output_kernel, prefix)
+                       max_length, step_weights, prefix)
 
 
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
                   max_length_offset=50, seed=None, max_length=None,
-                  output_kernel=None, prefix=None):
+                  step_weights=None, prefix=None):
   """Like `greedy_search`, drawing each token at random. `seed` (an int)
   makes the draws reproducible (stateless random ops); without it each call
   draws anew."""
@@ -56,11 +57,11 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
           dtype=tf.int32)
     return drawn[:, 0]
   return left_to_right(model, source_ids, draw, max_length_offset,
-                       max_length, output_kernel, prefix)
+                       max_length, step_weights, prefix)
 
 
 def left_to_right(model, source_ids, pick, max_length_offset=50,
-                  max_length=None, output_kernel=None, prefix=None):
+                  max_length=None, step_weights=None, prefix=None):
   """The loop both share: `pick(log_probs [batch, vocab], step) -> [batch]`
   chooses each next token; `prefix` (`decoding/prefix.py`) forces the
   first ones."""
@@ -71,6 +72,9 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   if not fixed_length:
     max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
   cache = model.initial_cache(memory, max_length)
+  # Read once here, not at every step of the loop.
+  weights = fused_step.read(step_weights if step_weights is not None
+                            else model.step_weights(max_length))
   if fixed_length:  # a [batch, max_length] PAD buffer: static shapes
     outputs = tf.fill([batch, max_length], PAD_ID)
     write = lambda outputs, step, chosen: tf.where(
@@ -86,9 +90,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   scores = tf.zeros([batch], tf.float32)
   step = tf.constant(0)
   while step < max_length and not tf.reduce_all(finished):
-    logits, cache = model.decode(token, None, source_mask, cache=cache,
-                                 step=step, output_kernel=output_kernel)
-    logits = tf.cast(logits[:, 0], tf.float32)
+    logits, cache = model.decode_step(token, step, cache, source_mask,
+                                      weights)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, prefix)
     log_probs = tf.nn.log_softmax(logits)

@@ -19,6 +19,7 @@ from tf_transformer.decoding.beam_search import tile_beams
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
 from tf_transformer.layers import decoding_cache
+from tf_transformer.layers import fused_step
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
@@ -81,30 +82,31 @@ class DecodingOptions(DecodingConfig):
 
 
 def decode(model, source_ids, options=DecodingOptions(), max_length=None,
-           output_kernel=None, prefix=None):
+           step_weights=None, prefix=None):
   """(ids [batch, nbest, length], scores [batch, nbest]), best first, for
   `source_ids` [batch, source_length] (EOS-terminated, PAD-padded).
   `max_length` (at least every sentence's limit) fixes the buffers' length,
   a static shape for XLA; the ids then have `max_length` columns.
-  `output_kernel`: the output embedding's stored transpose, for the logits
-  of every step (`Transformer.decode`). `prefix`: a `prefix.Prefix` of
+  `step_weights`: the decoding step's weights (`Transformer.step_weights`,
+  an export's stored copy; by default prepared from the model at each
+  call). `prefix`: a `prefix.Prefix` of
   target tokens each output starts with (`decoding/prefix.py`)."""
   if options.method == "beam":
     return model_beam_search(model, source_ids, options.beam_size,
                              options.length_penalty_alpha,
                              options.max_decode_length_offset, max_length,
-                             output_kernel, prefix)
+                             step_weights, prefix)
   n = options.nbest
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
     ids, log_probs = greedy_search(
         model, source_ids, options.max_decode_length_offset, max_length,
-        output_kernel, prefix)
+        step_weights, prefix)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
         options.max_decode_length_offset, options.seed, max_length,
-        output_kernel, prefix and prefix_lib.Prefix(
+        step_weights, prefix and prefix_lib.Prefix(
             *[tile_beams(x, n) for x in prefix]))
   lengths = _lengths(ids)
   penalty = length_penalty(lengths, options.length_penalty_alpha)
@@ -115,12 +117,12 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None,
 
 
 def fixed_shape_decode(model, source_ids, options=DecodingOptions(),
-                       output_kernel=None):
+                       step_weights=None):
   """`decode` with every buffer sized by `source_ids`' shape alone (its
   length + the offset), never by its values: compiled with XLA, one program
   serves every batch of that shape. The ids have that many columns."""
   max_length = tf.shape(source_ids)[1] + options.max_decode_length_offset
-  return decode(model, source_ids, options, max_length, output_kernel)
+  return decode(model, source_ids, options, max_length, step_weights)
 
 
 def decode_in_buckets(compiled_decode, source_ids, options=DecodingOptions(),
@@ -163,7 +165,7 @@ def _next_power_of_2(n):
 
 
 def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
-                    output_kernel=None):
+                    step_weights=None):
   """`decode`, with the batch sorted by source length and cut into `parts`
   slices decoded by independent loops, which TensorFlow's executor runs at
   the same time on its inter-op threads; the results come back in the
@@ -172,7 +174,7 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
   cores: with --tensorflow_intra_op_parallelism=1 and one inter-op thread a
   part, 2 parts decode Multi30k 1.3x faster on 2 cores than 1."""
   if parts == 1:
-    return decode(model, source_ids, options, output_kernel=output_kernel)
+    return decode(model, source_ids, options, step_weights=step_weights)
   lengths = _lengths(source_ids)
   order = tf.argsort(lengths, stable=True)
   ordered = tf.gather(source_ids, order)
@@ -187,7 +189,7 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
     results.append(tf.cond(
         tf.size(part_ids) > 0,
         lambda part_ids=part_ids: decode(model, part_ids, options,
-                                         output_kernel=output_kernel),
+                                         step_weights=step_weights),
         lambda: (tf.zeros([0, options.nbest, 1], tf.int32),
                  tf.zeros([0, options.nbest]))))
   longest = tf.reduce_max([tf.shape(ids)[2] for ids, _ in results])
@@ -200,7 +202,7 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
 
 def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
                       max_length_offset=50, max_length=None,
-                      output_kernel=None, prefix=None):
+                      step_weights=None, prefix=None):
   """(ids [batch, beam, length], scores [batch, beam]) for `source_ids`
   [batch, source_length] (EOS-terminated, PAD-padded). Each output has at
   most its source length + `max_length_offset` tokens; `max_length` fixes
@@ -220,14 +222,15 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   if prefix is not None:  # per sentence, as the source mask
     cache["prefix"] = prefix
   decoder = model.decoder
+  # Read once here, not at every step of the loop.
+  weights = fused_step.read(step_weights if step_weights is not None
+                            else model.step_weights(max_length))
 
   def symbols_to_logits(ids, step, cache):
-    logits, decoder_cache = model.decode(ids, None, cache["source_mask"],
-                                         cache=cache["decoder"], step=step,
-                                         output_kernel=output_kernel)
+    logits, decoder_cache = model.decode_step(ids, step, cache["decoder"],
+                                              cache["source_mask"], weights)
     if prefix is not None:
-      logits = prefix_lib.force(tf.cast(logits[:, -1], tf.float32), step,
-                                cache["prefix"], beam_size)[:, tf.newaxis]
+      logits = prefix_lib.force(logits, step, cache["prefix"], beam_size)
     return logits, dict(cache, decoder=decoder_cache)
 
   def reorder_cache(cache, parents):

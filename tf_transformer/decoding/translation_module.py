@@ -94,11 +94,13 @@ class TranslationModule(tf.Module):
                        "would compile anew for every request")
     self.decode_parts = decode_parts
     model.set_xla_attention(False)
-    # The pre-softmax weights as the steps multiply by them (a copy of the
-    # shared embedding's transpose, saved with the export): oneDNN's matmul
-    # is faster against it than with transpose_b (docs/performance.md).
-    self.output_kernel = tf.Variable(model.output_embedding.transposed(),
-                                     trainable=False, name="output_kernel")
+    # The decoding step's weights as it multiplies by them (Q, K and V
+    # concatenated, the output embedding transposed: `layers/fused_step`),
+    # saved with the export rather than rebuilt for every request; a search
+    # reads them once, before its loop.
+    self.step_weights = tf.nest.map_structure(
+        lambda w: None if w is None else tf.Variable(w, trainable=False),
+        model.step_weights(self.max_output_tokens + 2))
     if xla:
       self._compiled = tf.function(self._fixed_shape_search, jit_compile=True)
       self._search = self._bucketed_search
@@ -107,11 +109,11 @@ class TranslationModule(tf.Module):
 
   def _search_ids(self, source_ids):
     return decode_in_parts(self.model, source_ids, self.options,
-                           self.decode_parts, self.output_kernel)
+                           self.decode_parts, self.step_weights)
 
   def _fixed_shape_search(self, source_ids):
     return fixed_shape_decode(self.model, source_ids, self.options,
-                              self.output_kernel)
+                              self.step_weights)
 
   def _bucketed_search(self, source_ids):
     return decode_in_buckets(self._compiled, source_ids, self.options)
@@ -194,7 +196,7 @@ class TranslationModule(tf.Module):
       forced = prefix_lib.from_ragged(sequences.subwords(
           self.tokenizer, prefix)[:, :self.max_output_tokens])
       ids, scores = decode(self.model, self._encode(text), self.options,
-                           output_kernel=self.output_kernel, prefix=forced)
+                           step_weights=self.step_weights, prefix=forced)
       return self.tokenizer.detokenize(ids[:, 0]), scores[:, 0]
     translation, score = self._if_not_empty(
         text, search, (tf.zeros([0], tf.string), tf.zeros([0])))

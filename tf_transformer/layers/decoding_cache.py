@@ -42,6 +42,7 @@ under a mask, so the step keeps static shapes and compiles once.
 """
 
 import math
+import typing
 
 import tensorflow as tf
 
@@ -167,7 +168,7 @@ def write(cache_buffer, new, step):
   return tf.reshape(flat, tf.shape(cache_buffer))
 
 
-def attend(query, key, value, select, step):
+def attend(query, key, value, select, step, scaled=False):
   """Eq. 1 for one decoder position over the cached positions 0..step, each
   taken from the slot of the row's ancestor there.
 
@@ -175,6 +176,8 @@ def attend(query, key, value, select, step):
   position `step` written; select: `selection(...)` of this step. Returns
   (output [batch, heads, group, d_v], weights [batch, heads, group, n]) over
   the first n = whole blocks up to `step` positions (every block under XLA).
+  `scaled`: the query is already multiplied by 1 / sqrt(d_k) (the fused
+  step folds it into W^Q).
 
   Every query of a sentence meets every slot's keys, one batched matmul per
   block; the rows that are not the query's ancestor (or lie after `step`)
@@ -186,7 +189,9 @@ def attend(query, key, value, select, step):
   if not in_xla():  # the filled blocks: a slice without a copy
     num_blocks = step // BLOCK_LENGTH + 1
     key, value = key[:num_blocks], value[:num_blocks]
-  q = (query * tf.cast(1.0 / math.sqrt(d_k), query.dtype))[tf.newaxis]
+  if not scaled:
+    query = query * tf.cast(1.0 / math.sqrt(d_k), query.dtype)
+  q = query[tf.newaxis]
   scores = tf.matmul(q, key, transpose_b=True)  # [blocks, b, h, group, rows]
   scores = tf.reshape(tf.transpose(scores, [1, 2, 3, 0, 4]),
                       [batch, heads, group, num_blocks * rows])
@@ -198,3 +203,64 @@ def attend(query, key, value, select, step):
   weights = tf.reduce_sum(tf.reshape(
       weights, [batch, heads, group, num_blocks * BLOCK_LENGTH, group]), -1)
   return output, weights
+
+
+class StepPlan(typing.NamedTuple):
+  """What every layer's cache reads and writes share at one step, computed
+  once per step (`plan_step`) rather than once per layer and buffer."""
+  num_blocks: typing.Any  # the blocks read: those filled so far (all under XLA)
+  selection: tf.Tensor  # bool [num_blocks, batch, 1, group, BLOCK_LENGTH * group]
+  rows: tf.Tensor  # rows of a buffer's flat view that position `step` fills
+  step: tf.Tensor
+
+
+def plan_step(ancestors, step, group_size, heads):
+  """The `StepPlan` of position `step` (`ancestors` marked there): the
+  selection of `selection`, laid out blocks first as `attend_blocks` reads
+  the scores, and the rows `write_planned` writes in a buffer of `heads`
+  heads."""
+  rows, length = dims(ancestors)
+  batch = rows // group_size
+  if in_xla():
+    num_blocks = length // BLOCK_LENGTH
+  else:
+    num_blocks = step // BLOCK_LENGTH + 1
+    ancestors = ancestors[:, :num_blocks * BLOCK_LENGTH]
+  filled = tf.range(num_blocks * BLOCK_LENGTH) <= step
+  slots = tf.reshape(tf.where(filled, ancestors, -1),
+                     [batch, group_size, num_blocks, BLOCK_LENGTH])
+  select = tf.transpose(tf.one_hot(slots, group_size, True, False),
+                        [2, 0, 1, 3, 4])
+  select = tf.reshape(select, [num_blocks, batch, 1, group_size,
+                               BLOCK_LENGTH * group_size])
+  first = (step // BLOCK_LENGTH * batch * heads * BLOCK_LENGTH
+           + step % BLOCK_LENGTH)
+  return StepPlan(num_blocks, select,
+                  first + tf.range(batch * heads) * BLOCK_LENGTH, step)
+
+
+def write_planned(cache_buffer, new, plan):
+  """`write`, with the rows of `plan`: `new` [batch, heads, group, depth]
+  goes to position `plan.step`."""
+  if in_xla():
+    return write(cache_buffer, new, plan.step)
+  row_size = cache_buffer.shape[3] // BLOCK_LENGTH * cache_buffer.shape[4]
+  flat = tf.raw_ops.InplaceUpdate(
+      x=tf.reshape(cache_buffer, [-1, row_size]), i=plan.rows,
+      v=tf.reshape(new, [-1, row_size]))
+  return tf.reshape(flat, tf.shape(cache_buffer))
+
+
+def attend_blocks(query, key, value, plan):
+  """`attend`'s output for a query already scaled by 1 / sqrt(d_k), with
+  the softmax taken over the blocks and their rows where they lie, so that
+  neither the scores nor the weights are transposed (the fused step's
+  attention; `attend` also returns the weights per position)."""
+  if not in_xla():
+    key, value = key[:plan.num_blocks], value[:plan.num_blocks]
+  scores = tf.matmul(query[tf.newaxis], key, transpose_b=True)
+  scores = tf.cast(tf.where(plan.selection, scores, scores.dtype.min),
+                   tf.float32)
+  weights = tf.exp(scores - tf.reduce_max(scores, [0, 4], keepdims=True))
+  weights /= tf.reduce_sum(weights, [0, 4], keepdims=True)
+  return tf.reduce_sum(tf.matmul(tf.cast(weights, value.dtype), value), 0)

@@ -40,27 +40,23 @@ class SharedEmbedding(PolicyLayer):
     x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
     return x * math.sqrt(self.d_model) if self.scale else x
 
-  def logits(self, x, kernel=None):
+  def logits(self, x):
     """The pre-softmax linear transformation: x times the embedding's
     transpose, as one 2-D matmul over all positions. (A [batch, length, d]
     times [d, vocab] tf.matmul broadcasts into a batch of small matmuls, and
     its gradient materialises [batch, vocab, d] before summing: gigabytes at
-    the paper's vocabulary.) `kernel`, if given, is that transpose stored
-    ([d_model, vocab_size], `transposed()`): decoding multiplies by it at
-    every step, and oneDNN's matmul is faster against a stored transpose
-    than with `transpose_b` (docs/performance.md)."""
+    the paper's vocabulary.) A search's steps multiply by a stored
+    `transposed()` instead, which oneDNN's matmul runs faster than
+    `transpose_b` (`layers/fused_step.py`, docs/performance.md)."""
     flat = tf.reshape(x, [-1, self.d_model])
-    if kernel is not None:
-      logits = tf.matmul(flat, tf.cast(kernel, x.dtype))
-    else:
-      logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype),
-                         transpose_b=True)
+    logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype),
+                       transpose_b=True)
     return tf.reshape(logits, tf.concat(
         [tf.shape(x)[:-1], [self.vocab_size]], axis=0))
 
   def transposed(self):
-    """The embedding's transpose [d_model, vocab_size], the `kernel` of
-    `logits`."""
+    """The embedding's transpose [d_model, vocab_size], which a decoding
+    step multiplies by."""
     return tf.transpose(self.embeddings)
 
   def compute_output_spec(self, ids):
