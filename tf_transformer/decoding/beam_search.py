@@ -134,135 +134,164 @@ def _done(length, state, alpha, beam_size):
           | (length >= limits))
 
 
+class _Candidates(typing.NamedTuple):
+  """The best 2k continuations of each sentence's live hypotheses, best
+  first ([batch, 2k], `seq` [batch, 2k, max_length])."""
+  log_probs: tf.Tensor
+  beams: tf.Tensor  # the live slot each continues
+  ids: tf.Tensor  # its new token
+  seq: tf.Tensor
+  ends: tf.Tensor  # EOS, or the sentence's limit reached
+  valid: tf.Tensor  # not grown from a dead (NEG_INF) placeholder
+
+
+def _grow_alive(logits, state, step, k, positions):
+  """`_Candidates` of step `step` from the live hypotheses' next-token
+  `logits` [batch * k, vocab] (float32).
+
+  The best 2k continuations of each hypothesis hold the best 2k of its
+  sentence: rank those only, and normalize only them (log-softmax is
+  logits - logsumexp, whose maximum is the first of the row's best).
+  special_ids.NEVER_OUTPUT are never candidates: the best 2k others are
+  among a row's best 2k + 2 (their probability still counts in the
+  normalization, as in greedy decoding)."""
+  batch = tf.shape(state.alive_seq)[0]
+  per_row = min(2 * k + len(NEVER_OUTPUT), logits.shape[-1])
+  row_logits, row_ids = top_k(logits, per_row)
+  row_max = row_logits[:, :1]
+  log_normalizer = row_max + tf.math.log(
+      tf.reduce_sum(tf.exp(logits - row_max), -1, keepdims=True))
+  never = tf.reduce_any(row_ids[..., tf.newaxis] == NEVER_OUTPUT, -1)
+  row_log_probs = tf.where(never, NEG_INF, row_logits - log_normalizer)
+  candidates = (tf.reshape(row_log_probs, [batch, k, per_row])
+                + state.alive_log_probs[:, :, tf.newaxis])
+  log_probs, indices = tf.math.top_k(
+      tf.reshape(candidates, [batch, k * per_row]), k=2 * k)
+  beams = indices // per_row
+  ids = tf.gather(tf.reshape(row_ids, [batch, k * per_row]), indices,
+                  batch_dims=1)
+  seq = tf.where(positions == step, ids[:, :, tf.newaxis],
+                 tf.gather(state.alive_seq, beams, batch_dims=1))
+  ends = tf.equal(ids, EOS_ID) | (step + 1 >= state.limits)[:, tf.newaxis]
+  return _Candidates(log_probs, beams, ids, seq, ends,
+                     log_probs > NEG_INF / 2)
+
+
+def _new_alive(candidates, k):
+  """(seq, log_probs, slots of origin [batch, k], tokens [batch * k, 1]):
+  the best k candidates that do not end here."""
+  scores = tf.where(candidates.ends | ~candidates.valid, NEG_INF,
+                    candidates.log_probs)
+  scores, kept = tf.math.top_k(scores, k=k)
+  tokens = tf.gather(candidates.ids, kept, batch_dims=1)
+  return (tf.gather(candidates.seq, kept, batch_dims=1), scores,
+          tf.gather(candidates.beams, kept, batch_dims=1),
+          tf.reshape(tokens, [-1, 1]))
+
+
+def _new_finished(state, candidates, length, alpha, k):
+  """(seq, scores, flags, count): the ending candidates merged with the
+  hypotheses finished before, the best k kept; a sentence already done
+  keeps its results as they were (whenever it leaves the batch, or if it
+  never does, under XLA). `count` adds the hypotheses that finished among
+  the k best candidates (the first rule that ends a search)."""
+  finishing = candidates.ends & candidates.valid
+  new_scores = tf.where(
+      finishing, candidates.log_probs / length_penalty(length, alpha),
+      NEG_INF)
+  scores, keep = tf.math.top_k(
+      tf.concat([state.finished_scores, new_scores], axis=1), k=k)
+  seq = tf.gather(tf.concat([state.finished_seq, candidates.seq], axis=1),
+                  keep, batch_dims=1)
+  flags = tf.gather(tf.concat([state.finished_flags, finishing], axis=1),
+                    keep, batch_dims=1)
+  frozen = state.done[:, tf.newaxis]
+  count = state.finished_count + tf.reduce_sum(
+      tf.cast(finishing[:, :k], tf.int32), 1)
+  return (tf.where(frozen[:, :, tf.newaxis], state.finished_seq, seq),
+          tf.where(frozen, state.finished_scores, scores),
+          tf.where(frozen, state.finished_flags, flags), count)
+
+
+# The state's entries with one row per sentence (all but the hypotheses'
+# last tokens, one row each, and the decoder's cache).
+_PER_SENTENCE = tuple(name for name in _Search._fields
+                      if name not in ("last_tokens", "cache"))
+
+
+def _retire(state, output, done, alpha, k, select_cache):
+  """Writes the done sentences' results to `output` (sentence positions,
+  ids, scores) and drops them from the state."""
+  sentences, out_ids, out_scores = output
+  ids, scores = final_hypotheses(state, alpha)
+  where = tf.boolean_mask(sentences, done)[:, tf.newaxis]
+  out_ids = tf.tensor_scatter_nd_update(out_ids, where,
+                                        tf.boolean_mask(ids, done))
+  out_scores = tf.tensor_scatter_nd_update(out_scores, where,
+                                           tf.boolean_mask(scores, done))
+  keep = tf.cast(tf.where(~done)[:, 0], tf.int32)
+  rows = tf.shape(state.alive_seq)[0]
+  state = state._replace(
+      **{name: tf.gather(getattr(state, name), keep)
+         for name in _PER_SENTENCE},
+      last_tokens=_flatten(tf.gather(_unflatten(state.last_tokens, rows, k),
+                                     keep)),
+      cache=select_cache(state.cache, keep))
+  return state, (tf.gather(sentences, keep), out_ids, out_scores)
+
+
 def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
-                max_length, beam_size=4, alpha=0.6, static_cache_keys=(),
-                reorder_cache=None, select_cache=None, cache_batch_axes=None):
+                max_length, beam_size=4, alpha=0.6, *, reorder_cache,
+                select_cache=None, cache_batch_axes=None):
   """Returns (ids [batch, beam, max_length], scores [batch, beam]), best
   first. `limits` [batch]: the most tokens each output may have (EOS
   included), at most `max_length`.
 
   After each step the cache follows its hypotheses:
   `reorder_cache(cache, parents)`, parents [batch, beam] the slot each new
-  hypothesis comes from (the decoder's own, `Decoder.reorder_cache`, moves no
-  key or value). Without it every entry of a cache flat over batch*beam rows
-  is gathered, except those named in `static_cache_keys` (entries identical
-  across a sentence's beams).
+  hypothesis comes from (the decoder's own, `Decoder.reorder_cache`, moves
+  no key or value).
 
   With `select_cache(cache, sentences)` (the cache of the sentences at
   positions `sentences` [n] only) and `cache_batch_axes` (the cache's
   structure, with each entry's sentence axis), done sentences leave the
   batch (once they are 1 / RETIRE_FRACTION of it), so later steps compute
-  only the sentences still searching, as CTranslate2's do. Without them every sentence is
-  computed until the last one is done: static shapes, which XLA needs.
-  Either way, each sentence gets the same hypotheses and scores."""
+  only the sentences still searching, as CTranslate2's do. Without them
+  every sentence is computed until the last one is done: static shapes,
+  which XLA needs. Either way, each sentence gets the same hypotheses and
+  scores."""
   k = beam_size
   positions = tf.range(max_length)[tf.newaxis, tf.newaxis, :]
   compact = select_cache is not None
 
-  def gather_cache(cache, beam_indices):
-    def reorder(path, value):
-      if any(key in path for key in static_cache_keys):
-        return value
-      rows = tf.shape(beam_indices)[0]
-      return _flatten(tf.gather(_unflatten(value, rows, k),
-                                beam_indices, batch_dims=1))
-    return _map_with_path(reorder, cache)
-
-  reorder_cache = reorder_cache or gather_cache
-
   def step_fn(step, state, output):
-    s = state
-    batch = tf.shape(s.alive_seq)[0]  # the sentences still searching
-    logits, cache = symbols_to_logits(s.last_tokens, step, s.cache)
+    logits, cache = symbols_to_logits(state.last_tokens, step, state.cache)
     if logits.shape.rank == 3:  # [rows, 1, vocab]
       logits = logits[:, -1]
-    logits = tf.cast(logits, tf.float32)
-    # The best 2k continuations of each hypothesis hold the best 2k of its
-    # sentence: rank those only, and normalize only them (log-softmax is
-    # logits - logsumexp).
-    # special_ids.NEVER_OUTPUT are never candidates: the best 2k others are
-    # among a row's best 2k + 2 (their probability still counts in the
-    # normalization, as in greedy decoding).
-    per_row = min(2 * k + len(NEVER_OUTPUT), logits.shape[-1])
-    row_logits, row_ids = top_k(logits, per_row)
-    never = tf.reduce_any(row_ids[..., tf.newaxis] == NEVER_OUTPUT, -1)
-    row_log_probs = tf.where(
-        never, NEG_INF, row_logits - tf.reduce_logsumexp(logits, -1, True))
-    candidates = (tf.reshape(row_log_probs, [batch, k, per_row])
-                  + s.alive_log_probs[:, :, tf.newaxis])
-    top_log_probs, top_indices = tf.math.top_k(
-        tf.reshape(candidates, [batch, k * per_row]), k=2 * k)
-    top_beams = top_indices // per_row
-    top_ids = tf.gather(tf.reshape(row_ids, [batch, k * per_row]),
-                        top_indices, batch_dims=1)
-    top_seq = tf.gather(s.alive_seq, top_beams, batch_dims=1)
-    top_seq = tf.where(positions == step, top_ids[:, :, tf.newaxis], top_seq)
+    candidates = _grow_alive(tf.cast(logits, tf.float32), state, step, k,
+                             positions)
+    alive_seq, alive_log_probs, parents, last_tokens = _new_alive(
+        candidates, k)
     length = step + 1
-    ends = tf.equal(top_ids, EOS_ID) | (length >= s.limits)[:, tf.newaxis]
-    # Candidates that died on the way (from the NEG_INF placeholder beams)
-    # are neither live nor finished.
-    valid = top_log_probs > NEG_INF / 2
-
-    # Live: the best k candidates that do not end here.
-    live_scores = tf.where(ends | ~valid, NEG_INF, top_log_probs)
-    live_scores, live_indices = tf.math.top_k(live_scores, k=k)
-    alive_seq = tf.gather(top_seq, live_indices, batch_dims=1)
-    alive_beams = tf.gather(top_beams, live_indices, batch_dims=1)
-    last_tokens = tf.reshape(tf.gather(top_ids, live_indices, batch_dims=1),
-                             [batch * k, 1])
-    cache = reorder_cache(cache, alive_beams)
-
-    # Finished: merge the ending candidates with those finished before.
-    new_scores = tf.where(ends & valid,
-                          top_log_probs / length_penalty(length, alpha),
-                          NEG_INF)
-    all_seq = tf.concat([s.finished_seq, top_seq], axis=1)
-    all_scores = tf.concat([s.finished_scores, new_scores], axis=1)
-    all_flags = tf.concat([s.finished_flags, ends & valid], axis=1)
-    finished_scores, keep = tf.math.top_k(all_scores, k=k)
-    # A sentence's results are fixed once it is done, whenever it leaves
-    # the batch (or if it never does, under XLA).
-    frozen = s.done[:, tf.newaxis]
-    # Hypotheses that finish among the k best candidates count towards the
-    # k that end a sentence's search.
-    counted = (ends & valid)[:, :k]
-    state = _Search(
-        alive_seq, live_scores,
-        tf.where(frozen[:, :, tf.newaxis], s.finished_seq,
-                 tf.gather(all_seq, keep, batch_dims=1)),
-        tf.where(frozen, s.finished_scores, finished_scores),
-        tf.where(frozen, s.finished_flags,
-                 tf.gather(all_flags, keep, batch_dims=1)),
-        s.finished_count + tf.reduce_sum(tf.cast(counted, tf.int32), 1),
-        s.done, last_tokens, s.limits, cache)
-    state = state._replace(done=s.done | _done(length, state, alpha, k))
+    finished_seq, finished_scores, finished_flags, finished_count = (
+        _new_finished(state, candidates, length, alpha, k))
+    state = state._replace(
+        alive_seq=alive_seq, alive_log_probs=alive_log_probs,
+        finished_seq=finished_seq, finished_scores=finished_scores,
+        finished_flags=finished_flags, finished_count=finished_count,
+        last_tokens=last_tokens, cache=reorder_cache(cache, parents))
+    done = state.done | _done(length, state, alpha, k)
+    state = state._replace(done=done)
     if compact:
       # Leaving copies the cache: wait until it pays, i.e. until a
       # quarter of the batch is done (measured: 8% faster than at once).
-      done = state.done
       leave = (tf.reduce_sum(tf.cast(done, tf.int32)) * RETIRE_FRACTION
-               >= batch) | tf.reduce_all(done)
-      state, output = tf.cond(leave, lambda: _retire(state, output, done),
-                              lambda: (state, output))
+               >= tf.shape(done)[0]) | tf.reduce_all(done)
+      state, output = tf.cond(
+          leave,
+          lambda: _retire(state, output, done, alpha, k, select_cache),
+          lambda: (state, output))
     return step + 1, state, output
-
-  def _retire(state, output, done):
-    """Writes the done sentences' results to `output` and drops them."""
-    sentences, out_ids, out_scores = output
-    ids, scores = final_hypotheses(state, alpha)
-    where = tf.boolean_mask(sentences, done)[:, tf.newaxis]
-    out_ids = tf.tensor_scatter_nd_update(out_ids, where,
-                                          tf.boolean_mask(ids, done))
-    out_scores = tf.tensor_scatter_nd_update(out_scores, where,
-                                             tf.boolean_mask(scores, done))
-    keep = tf.cast(tf.where(~done)[:, 0], tf.int32)
-    rows = tf.shape(state.alive_seq)[0]
-    state = _Search(*[tf.gather(x, keep) for x in state[:7]],
-                    last_tokens=_flatten(tf.gather(
-                        _unflatten(state.last_tokens, rows, k), keep)),
-                    limits=tf.gather(state.limits, keep),
-                    cache=select_cache(state.cache, keep))
-    return state, (tf.gather(sentences, keep), out_ids, out_scores)
 
   def continue_search(step, state, output):
     if compact:
@@ -285,8 +314,10 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
       cache=initial_cache)
   output = (tf.range(batch_size), tf.fill([batch_size, k, max_length], PAD_ID),
             tf.fill([batch_size, k], NEG_INF))
-  # Sentences leave the batch; every other size is fixed.
-  axes = _Search(*[0] * 9, cache=cache_batch_axes if compact else
+  # Sentences leave the batch (along axis 0 of every entry, and the
+  # cache's own sentence axes); every other size is fixed.
+  axes = _Search(**{name: 0 for name in _Search._fields[:-1]},
+                 cache=cache_batch_axes if compact else
                  tf.nest.map_structure(lambda _: 0, initial_cache))
   shapes = tf.nest.map_structure(_relaxed, state, axes)
   _, state, output = tf.while_loop(
@@ -309,10 +340,3 @@ def _relaxed(x, axis):
   dims = x.shape.as_list()
   dims[0] = dims[axis] = None
   return tf.TensorShape(dims)
-
-
-def _map_with_path(fn, structure, path=()):
-  if isinstance(structure, dict):
-    return {key: _map_with_path(fn, value, path + (key,))
-            for key, value in structure.items()}
-  return fn(path, structure)
