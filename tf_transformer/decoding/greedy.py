@@ -9,6 +9,7 @@ own log P(Y|X), whatever the temperature, so samples rank like beams.
 
 import tensorflow as tf
 
+from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.layers import fused_step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
@@ -39,10 +40,7 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
   """Like `greedy_search`, drawing each token at random. `seed` (an int)
   makes the draws reproducible (stateless random ops); without it each call
   draws anew."""
-  if temperature <= 0:
-    raise ValueError(f"temperature={temperature}: must be > 0")
-  if top_k < 0:
-    raise ValueError(f"top_k={top_k}: must be >= 0 (0 = whole vocabulary)")
+  limits_lib.check_sampling(temperature, top_k)
 
   def draw(log_probs, step):
     logits = log_probs / temperature
@@ -68,9 +66,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   fixed_length = max_length is not None
   batch = tf.shape(source_ids)[0]
   memory, source_mask = model.encode(source_ids)
-  limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
-  if not fixed_length:
-    max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
+  limits, max_length = limits_lib.output_limits(source_mask,
+                                                max_length_offset, max_length)
   cache = model.initial_cache(memory, max_length)
   # Read once here, not at every step of the loop.
   weights = fused_step.read(step_weights if step_weights is not None

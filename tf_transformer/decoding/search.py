@@ -12,13 +12,13 @@ from typing import Optional
 import tensorflow as tf
 
 from tf_transformer.config import DecodingConfig
+from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.beam_search import tile_beams
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
-from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import fused_step
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
@@ -44,17 +44,11 @@ class DecodingOptions(DecodingConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    checks = [
-        (self.method in METHODS, f"method={self.method!r}: one of {METHODS}"),
-        (self.temperature > 0,
-         f"temperature={self.temperature}: must be > 0"),
-        (self.top_k >= 0, f"top_k={self.top_k}: must be >= 0 (0 = all)"),
-        (self.num_samples >= 1,
-         f"num_samples={self.num_samples}: must be >= 1"),
-    ]
-    for ok, message in checks:
-      if not ok:
-        raise ValueError(message)
+    if self.method not in METHODS:
+      raise ValueError(f"method={self.method!r}: one of {METHODS}")
+    limits_lib.check_sampling(self.temperature, self.top_k)
+    if self.num_samples < 1:
+      raise ValueError(f"num_samples={self.num_samples}: must be >= 1")
 
   @classmethod
   def from_config(cls, config, **overrides):
@@ -207,12 +201,13 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   [batch, source_length] (EOS-terminated, PAD-padded). Each output has at
   most its source length + `max_length_offset` tokens; `max_length` fixes
   the buffers' length (a static shape, for XLA), else it is the longest
-  limit of the batch."""
+  limit of the batch. With `max_length` every shape stays static (no
+  sentence leaves the batch), as XLA needs."""
+  compact = max_length is None
   batch_size = tf.shape(source_ids)[0]
   memory, source_mask = model.encode(source_ids)
-  limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
-  if max_length is None:
-    max_length = tf.maximum(tf.reduce_max(limits), 1)  # an empty batch too
+  limits, max_length = limits_lib.output_limits(source_mask,
+                                                max_length_offset, max_length)
   # The beams share their sentence's memory; only `ancestors` is reordered.
   # The source mask rides in the search's cache, so that it follows the
   # sentences still searching.
@@ -245,8 +240,6 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
       selected["prefix"] = prefix_lib.select(cache["prefix"], sentences)
     return selected
 
-  # Under XLA every shape stays static: no sentence leaves the batch.
-  compact = not decoding_cache.in_xla()
   return beam_search(
       symbols_to_logits, cache, batch_size, limits, max_length, beam_size,
       alpha, reorder_cache=reorder_cache,

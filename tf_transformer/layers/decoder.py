@@ -159,7 +159,7 @@ class Decoder(_TransformerStack):
     """The cache of the sentences at positions `sentences` [n] only (a
     search drops the sentences it is done with). Copies their keys and
     values."""
-    group_size = cache["layer_0"]["key"].shape[3] // decoding_cache.BLOCK_LENGTH
+    group_size = decoding_cache.group_size(cache["layer_0"])
     return {name: (decoding_cache.select_ancestors(value, sentences,
                                                    group_size)
                    if name == "ancestors"
@@ -200,8 +200,7 @@ class Decoder(_TransformerStack):
     """Position `step` of every row, x [batch * group, 1, d_model]: each
     layer sees it as [batch, group, d_model] (a query per hypothesis of a
     sentence) and attends over the cache with this step's selection."""
-    group_size = (cache["layer_0"]["key"].shape[3]
-                  // decoding_cache.BLOCK_LENGTH)
+    group_size = decoding_cache.group_size(cache["layer_0"])
     rows, _, d_model = shapes.dims(x)
     x = tf.reshape(x, [rows // group_size, group_size, d_model])
     ancestors = decoding_cache.mark_step(cache["ancestors"], step,

@@ -88,6 +88,11 @@ def initial_ancestors(rows, max_length):
   return _zeros([rows, _num_blocks(max_length) * BLOCK_LENGTH], tf.int32)
 
 
+def group_size(layer_cache):
+  """The hypotheses per sentence (slots) of a layer's cache."""
+  return layer_cache["key"].shape[3] // BLOCK_LENGTH
+
+
 def mark_step(ancestors, step, group_size):
   """Records that each row computes position `step` in its own slot."""
   slots = tf.range(tf.shape(ancestors)[0]) % group_size

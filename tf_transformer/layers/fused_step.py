@@ -246,7 +246,7 @@ def decoder_step(weights, shape, ids, step, cache, source_mask):
 
 
 def _decoder_step(weights, shape, ids, step, cache, source_mask):
-  group = cache["layer_0"]["key"].shape[3] // decoding_cache.BLOCK_LENGTH
+  group = decoding_cache.group_size(cache["layer_0"])
   x = (tf.gather(weights.embeddings, ids[:, 0])
        + tf.gather(weights.positions, step)[tf.newaxis])
   ancestors = decoding_cache.mark_step(cache["ancestors"], step, group)
