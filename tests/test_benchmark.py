@@ -133,7 +133,8 @@ def test_serving_section_compares_exports_with_ctranslate2(
       "--serving_decoders=savedmodel,savedmodel_parts,savedmodel_bfloat16,"
       "ct2_float32",
       "--serving_searches=beam", "--serving_batch_size=4",
-      "--latency_sentences=3", "--runs=2", f"--output={output}")
+      "--latency_sentences=3", "--runs=2", "--clients=2",
+      "--profile_sentences=2", f"--output={output}")
   assert result.returncode == 0, result.stderr[-3000:]
   serving = json.loads(output.read_text())["serving"]
   rows = {(r["order"], r["decoder"]): r for r in serving["throughput"]}
@@ -152,7 +153,19 @@ def test_serving_section_compares_exports_with_ctranslate2(
   latency = {r["decoder"]: r for r in serving["latency"]}
   assert latency["ct2_float32"]["p50_ms_vs_ct2_float32"] == 1
   assert all(r["sentences"] == 3 and r["p90_ms"] >= r["p50_ms"] > 0
-             for r in latency.values())
+             and r["cpu_ms"] > 0 for r in latency.values())
+  concurrency = {r["decoder"]: r for r in serving["concurrency"]}
+  assert set(concurrency) == set(latency)
+  assert all(r["clients"] == 2 and r["sentences_per_second"] > 0
+             and r["p99_ms"] >= r["p50_ms"] > 0 for r in concurrency.values())
+  # Kernels a step, for each SavedModel (CTranslate2 has no TF trace).
+  kernels = {(r["decoder"], r["batch"]): r for r in serving["kernels"]}
+  assert set(kernels) == {(d, b) for d in ("savedmodel", "savedmodel_parts",
+                                           "savedmodel_bfloat16")
+                          for b in ("batch_1", "batch_4")}
+  for row in kernels.values():
+    assert row["steps"] > 0 and 50 < row["kernels_per_step"] < 1000
+    assert {"_FusedMatMul", "_MklNativeFusedMatMul"} & set(row["by_type"])
   assert "sentences_per_second_vs_ct2_float32" in result.stdout
 
 
@@ -201,3 +214,27 @@ def test_input_section_measures_the_data_path(tmp_path):
         start if start is not None else figures["batches_per_epoch"] // 2)
   assert report["resume"]["start_batch"] > 0
   assert "pipeline from middle" in result.stdout
+
+
+def test_kernel_trace_counts_the_kernels_of_each_loop_step(tmp_path):
+  """A loop of 5 steps, each a fusable MatMul + BiasAdd and an add: the
+  trace gives 5 steps and the executed (fused) kernels of one step."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_transformer.benchmark import kernel_trace  # pylint: disable=g-import-not-at-top
+  kernel, bias = tf.ones([8, 8]), tf.ones([8])
+
+  @tf.function
+  def loop(x):
+    return tf.while_loop(
+        lambda i, x: i < 5,
+        lambda i, x: (i + 1, tf.nn.bias_add(tf.matmul(x, kernel), bias) * 0.5),
+        (0, x))[1]
+  loop(tf.ones([2, 8]))
+  kernel_trace.trace(lambda: loop(tf.ones([2, 8])), str(tmp_path))
+  counts = kernel_trace.step_counts(
+      kernel_trace.executed_kernels(str(tmp_path)))
+  assert counts["steps"] == 5
+  fused = {"_FusedMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul"}
+  assert sum(counts["by_type"].get(t, 0) for t in fused) == 1
+  assert "BiasAdd" not in counts["by_type"]
+  assert 2 <= counts["kernels_per_step"] < 8

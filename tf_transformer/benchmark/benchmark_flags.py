@@ -22,6 +22,13 @@ def define_flags():
                        "request.")
   flags.DEFINE_integer("latency_sentences", 100, "serving: sentences decoded "
                        "one at a time for the latency figures (0: none).")
+  flags.DEFINE_integer("clients", 8, "serving: concurrent callers of one "
+                       "loaded model, one sentence a call, over the "
+                       "--latency_sentences (0: no concurrency figures).",
+                       lower_bound=0)
+  flags.DEFINE_integer("profile_sentences", 10, "serving: one-sentence "
+                       "requests profiled to count the kernels a decoding "
+                       "step executes (0: none).", lower_bound=0)
   flags.DEFINE_integer("threads", 2, "serving: CPU threads of each decoder.")
   flags.DEFINE_list("serving_decoders", None, "serving: a subset of the "
                     "decoders (default: all).")

@@ -140,10 +140,11 @@ def serving_section(o, report):
       sentences, references, o.serving_batch_size,
       tuple(o.serving_orders), tuple(o.serving_searches),
       tuple(o.serving_decoders or serving_speed.DECODERS), o.threads,
-      o.runs, 1, o.latency_sentences)
+      o.runs, 1, o.latency_sentences, clients=o.clients,
+      profile_sentences=o.profile_sentences)
   results, options = serving_speed.measure(
       o.model_dir, settings, log=lambda m: print(m, flush=True))
-  throughput, latency = serving_speed.summarize(
+  figures = serving_speed.summarize(
       results, settings, os.path.join(o.model_dir, "vocabulary.model"))
   base = serving_speed.BASELINE
   columns = ["search", "order", "decoder", "sentences_per_second",
@@ -153,12 +154,25 @@ def serving_section(o, report):
                 f"{o.serving_batch_size}, {o.threads} threads (beam "
                 f"{options.beam_size}, alpha {options.length_penalty_alpha})",
                 columns)
-  _print_rows(throughput, columns)
-  columns = ["search", "decoder", "p50_ms", f"p50_ms_vs_{base}", "p90_ms"]
+  _print_rows(figures["throughput"], columns)
+  columns = ["search", "decoder", "p50_ms", f"p50_ms_vs_{base}", "p90_ms",
+             "cpu_ms", f"cpu_ms_vs_{base}"]
   _print_header(f"latency, one sentence per request ({o.latency_sentences}"
-                " sentences)", columns)
-  _print_rows(latency, columns)
-  report["serving"] = {"throughput": throughput, "latency": latency,
+                " sentences; cpu_ms: median CPU time a request)", columns)
+  _print_rows(figures["latency"], columns)
+  if figures["concurrency"]:
+    columns = ["search", "decoder", "clients", "sentences_per_second",
+               f"sentences_per_second_vs_{base}", "p50_ms", "p99_ms"]
+    _print_header(f"{o.clients} clients at once, one sentence a call, one "
+                  "loaded model", columns)
+    _print_rows(figures["concurrency"], columns)
+  if figures["kernels"]:
+    columns = ["search", "decoder", "batch", "kernels_per_step",
+               "kernel_us_per_step", "steps_per_request", "other_kernels"]
+    _print_header("kernels a decoding step executes (profiler trace)",
+                  columns)
+    _print_rows(figures["kernels"], columns)
+  report["serving"] = {**figures,
                        "model_dir": o.model_dir, "source": o.source,
                        "sentences": len(sentences),
                        "decoding": dataclasses.asdict(options),

@@ -12,8 +12,12 @@ and the default float32 export rewritten to bfloat16 at load as TF Serving's
 auto_mixed_precision_onednn_bfloat16, the option that flag sets);
 CTranslate2 float32 and int8 (quantized at load) with its own beam search
 (beam, length penalty and limit as ours; its default patience of 1). At
---serving_batch_size in file order and length-sorted, and one sentence at a
-time for latency; beam search and greedy decoding.
+--serving_batch_size in file order and length-sorted, one sentence at a
+time for latency (wall and CPU time), and from `clients` threads calling one
+loaded model at once, one sentence a call (TF Serving's concurrent
+requests; CTranslate2's inter_threads); beam search and greedy decoding.
+For each SavedModel, the kernels a decoding step executes, from a profiler
+trace, at batch 1 and at the batch size.
 """
 
 import dataclasses
@@ -78,6 +82,8 @@ class Settings:
   warmup: int = 1
   latency_sentences: int = 100
   ct2_patience: int = 1
+  clients: int = 8  # concurrent callers; 0: no concurrency figures
+  profile_sentences: int = 10  # one-sentence requests traced; 0: none
 
 
 def _exports(model_dir, directory, settings):
@@ -150,7 +156,9 @@ def measure(model_dir, settings: Settings, log=print):
             intra_threads=1 if decoder.parallel else settings.threads,
             warmup=settings.warmup, batch_size=settings.batch_size,
             orders=list(settings.orders),
-            latency_sentences=settings.latency_sentences)
+            latency_sentences=settings.latency_sentences,
+            clients=settings.clients,
+            profile_sentences=settings.profile_sentences)
         if decoder.kind == "saved_model":
           request["model"] = paths[search, decoder.xla, decoder.parallel,
                                    decoder.dtype]
@@ -174,11 +182,12 @@ def _count_tokens(processor, outputs):
 
 
 def summarize(results, settings: Settings, vocabulary_path):
-  """Rows of figures: throughput per (search, order, decoder), latency per
-  (search, decoder)."""
+  """Rows of figures: {"throughput": per (search, order, decoder),
+  "latency" and "concurrency": per (search, decoder), "kernels": per
+  (search, SavedModel decoder, batch)}."""
   processor = spm.SentencePieceProcessor(model_file=vocabulary_path)
   n = len(settings.sentences)
-  throughput, latency = [], []
+  throughput, latency, concurrency, kernels = [], [], [], []
   for search, by_decoder in results.items():
     for order in settings.orders:
       rows = []
@@ -201,18 +210,48 @@ def summarize(results, settings: Settings, vocabulary_path):
         rows.append(row)
       _add_ratios(rows, "sentences_per_second")
       throughput += rows
-    rows = []
-    for name, result in by_decoder.items():
-      if "latency_seconds" not in result:
-        continue
-      seconds = sorted(result["latency_seconds"])
-      rows.append(dict(search=search, decoder=name,
-                       p50_ms=1000 * _quantile(seconds, 0.5),
-                       p90_ms=1000 * _quantile(seconds, 0.9),
-                       sentences=len(seconds)))
-    _add_ratios(rows, "p50_ms")
-    latency += rows
-  return throughput, latency
+    latency += _latency_rows(search, by_decoder)
+    concurrency += _concurrency_rows(search, by_decoder)
+    kernels += [dict(search=search, decoder=name, batch=batch,
+                     **{key: value for key, value in counts.items()
+                        if key != "by_type"}, by_type=counts["by_type"])
+                for name, result in by_decoder.items()
+                for batch, counts in result.get("kernels", {}).items()]
+  return {"throughput": throughput, "latency": latency,
+          "concurrency": concurrency, "kernels": kernels}
+
+
+def _latency_rows(search, by_decoder):
+  rows = []
+  for name, result in by_decoder.items():
+    if "latency_seconds" not in result:
+      continue
+    seconds = sorted(result["latency_seconds"])
+    cpu = sorted(result["latency_cpu_seconds"])
+    rows.append(dict(search=search, decoder=name,
+                     p50_ms=1000 * _quantile(seconds, 0.5),
+                     p90_ms=1000 * _quantile(seconds, 0.9),
+                     cpu_ms=1000 * _quantile(cpu, 0.5),
+                     sentences=len(seconds)))
+  _add_ratios(rows, "p50_ms")
+  _add_ratios(rows, "cpu_ms")
+  return rows
+
+
+def _concurrency_rows(search, by_decoder):
+  rows = []
+  for name, result in by_decoder.items():
+    if "concurrency" not in result:
+      continue
+    measured = result["concurrency"]
+    calls = sorted(measured["call_seconds"])
+    rows.append(dict(search=search, decoder=name,
+                     clients=measured["clients"],
+                     sentences_per_second=len(calls) / measured["seconds"],
+                     p50_ms=1000 * _quantile(calls, 0.5),
+                     p99_ms=1000 * _quantile(calls, 0.99)))
+  _add_ratios(rows, "sentences_per_second")
+  return rows
 
 
 def _quantile(sorted_values, q):

@@ -7,15 +7,22 @@ only ctranslate2 and sentencepiece for a CTranslate2 model.
 The request (JSON): kind ("saved_model" or "ctranslate2"), model, sentences,
 threads (TensorFlow's inter-op threads, CTranslate2's threads), intra_threads
 (TensorFlow's), runs, warmup, batch_size, orders (["file", "sorted"]),
-latency_sentences, for a SavedModel optionally grappler (Grappler options set
-before loading, as a server's session config sets them), and for CTranslate2
-compute_type and search (the translate_batch options). Prints JSON: per order
-the seconds of each timed pass over all sentences and the outputs in file
-order; for latency the seconds of each single-sentence call.
+latency_sentences, clients (concurrent callers, 0 for none), for a
+SavedModel optionally grappler (Grappler options set before loading, as a
+server's session config sets them) and profile_sentences (kernels counted
+from a profiler trace, `kernel_trace.py`), and for CTranslate2 compute_type
+and search (the translate_batch options). Prints JSON: per order the seconds
+of each timed pass over all sentences and the outputs in file order; for
+latency the seconds and CPU-seconds of each single-sentence call; for
+concurrency `clients` threads calling one loaded model with one sentence a
+call, as a server runs concurrent requests: the wall seconds of the whole and
+of each call; the kernels a decoding step runs at batch 1 and at batch_size.
 """
 
 import json
 import sys
+import tempfile
+import threading
 import time
 
 
@@ -34,15 +41,18 @@ def _saved_model(request):
   return translate
 
 
-def _ctranslate2(request):
+def _ctranslate2(request, inter_threads=1):
+  """`inter_threads` > 1: that many requests at once, one thread each
+  (CTranslate2's way to serve concurrent callers)."""
   import ctranslate2  # pylint: disable=g-import-not-at-top
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   translator = ctranslate2.Translator(
       request["model"], device="cpu", compute_type=request["compute_type"],
-      intra_threads=request["threads"], inter_threads=1)
+      intra_threads=request["threads"] if inter_threads == 1 else 1,
+      inter_threads=inter_threads)
   processor = spm.SentencePieceProcessor(
       model_file=request["model"] + "/vocabulary.model")
-  search = request["search"]
+  search = dict(request["search"])
   offset = search.pop("max_length_offset")
 
   def translate(texts):
@@ -77,18 +87,70 @@ def _passes(translate, sentences, batch_size, order, runs, warmup):
 
 
 def _latency(translate, sentences, warmup):
-  """Seconds of each one-sentence call, after `warmup` untimed passes over
-  the same sentences (as a warmed-up server: an XLA export compiles once per
-  request shape, on its first request of that shape)."""
+  """Seconds and CPU-seconds of each one-sentence call, after `warmup`
+  untimed passes over the same sentences (as a warmed-up server: an XLA
+  export compiles once per request shape, on its first request of that
+  shape)."""
   for _ in range(warmup):
     for text in sentences:
       translate([text])
-  seconds = []
+  seconds, cpu_seconds = [], []
   for text in sentences:
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     translate([text])
     seconds.append(time.perf_counter() - start)
-  return seconds
+    cpu_seconds.append(time.process_time() - cpu_start)
+  return seconds, cpu_seconds
+
+
+def _concurrency(translate, sentences, clients):
+  """`clients` threads share `sentences`, each sending one sentence a call
+  until none is left: the wall seconds of the whole and of each call."""
+  queue = list(reversed(sentences))
+  lock = threading.Lock()
+  calls = []
+
+  def client():
+    while True:
+      with lock:
+        if not queue:
+          return
+        text = queue.pop()
+      start = time.perf_counter()
+      translate([text])
+      with lock:
+        calls.append(time.perf_counter() - start)
+  for text in sentences[:clients]:  # warm-up
+    translate([text])
+  threads = [threading.Thread(target=client) for _ in range(clients)]
+  start = time.perf_counter()
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  return {"seconds": time.perf_counter() - start, "call_seconds": calls,
+          "clients": clients}
+
+
+def _kernels(translate, sentences, batch_size):
+  """Kernels a decoding step executes, one sentence a request (over
+  `sentences`) and one request of `batch_size` sentences. Run before the
+  timed passes: once TensorFlow's executor has measured a kernel as cheap it
+  runs it inline and may leave it out of the trace (after the timed passes
+  the same model showed 120-185 kernels a step instead of 340)."""
+  import kernel_trace  # pylint: disable=g-import-not-at-top
+  counts = {}
+  for label, requests in (
+      ("batch_1", [[text] for text in sentences]),
+      (f"batch_{batch_size}", [sentences[:batch_size]])):
+    translate(requests[0])
+    with tempfile.TemporaryDirectory() as logdir:
+      kernel_trace.trace(lambda: [translate(r) for r in requests], logdir)
+      counts[label] = kernel_trace.step_counts(
+          kernel_trace.executed_kernels(logdir))
+    counts[label]["steps_per_request"] = (counts[label]["steps"]
+                                          / len(requests))
+  return counts
 
 
 def main(path):
@@ -99,14 +161,24 @@ def main(path):
   translate = load(request)
   result = {"load_seconds": time.perf_counter() - start, "orders": {}}
   sentences = request["sentences"]
+  if request.get("profile_sentences") and request["kind"] == "saved_model":
+    # First, while the executor still traces every kernel (see `_kernels`).
+    result["kernels"] = _kernels(
+        translate, sentences[:request["profile_sentences"]],
+        request["batch_size"])
   for order in request["orders"]:
     seconds, outputs = _passes(translate, sentences, request["batch_size"],
                                order, request["runs"], request["warmup"])
     result["orders"][order] = {"seconds": seconds, "outputs": outputs}
-  if request["latency_sentences"]:
-    result["latency_seconds"] = _latency(
-        translate, sentences[:request["latency_sentences"]],
-        request["warmup"])
+  latency_sentences = sentences[:request["latency_sentences"]]
+  if latency_sentences:
+    result["latency_seconds"], result["latency_cpu_seconds"] = _latency(
+        translate, latency_sentences, request["warmup"])
+  if request.get("clients") and latency_sentences:
+    if request["kind"] == "ctranslate2":
+      translate = _ctranslate2(request, inter_threads=request["threads"])
+    result["concurrency"] = _concurrency(translate, latency_sentences,
+                                         request["clients"])
   json.dump(result, sys.stdout)
 
 
