@@ -35,9 +35,10 @@ def main(argv):
         FLAGS.reference)
     translator = translator_flags.make_translator()
     with Progress("translated", len(sources), "sentences") as progress:
+      batch_size, batch_tokens = translator_flags.batching()
       result = runner.evaluate(
-          translator, sources, references, FLAGS.batch_size,
-          FLAGS.paper_bleu, progress,
+          translator, sources, references, batch_size,
+          FLAGS.paper_bleu, progress, batch_tokens=batch_tokens,
           names=(f"--source={FLAGS.source}",
                  f"--reference={FLAGS.reference}"))
   except DataError as e:

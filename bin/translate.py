@@ -54,8 +54,9 @@ def main(argv):
         texts, f"--input={FLAGS.input}" if FLAGS.input else "stdin"):
       print(f"translate: warning: {warning}", file=sys.stderr)
     with Progress("translated", len(texts), "sentences") as progress:
-      results = translator.translate(texts, FLAGS.nbest, FLAGS.batch_size,
-                                     progress, prefixes)
+      batch_size, batch_tokens = translator_flags.batching()
+      results = translator.translate(texts, FLAGS.nbest, batch_size,
+                                     progress, prefixes, batch_tokens)
   except DataError as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 2

@@ -7,6 +7,8 @@ import pytest
 import sacrebleu
 
 from tf_transformer import evaluation
+from tf_transformer.decoding.translator import Translator
+from tf_transformer.decoding.translator import length_batches
 from tf_transformer.decoding.translator import one_line
 from conftest import run_script
 from training_helpers import write_run_and_export
@@ -32,6 +34,49 @@ def test_checkpoint_and_export_translate_alike(models):
   lines = from_export.stdout.splitlines()
   assert len(lines) == 3 and all(re.match(r"-?\d+\.\d{4}\t", l) for l in lines)
   assert from_checkpoint.stdout.splitlines() == lines
+  # Batched by tokens (the default), one batch of --batch_size in file
+  # order, one sentence a batch: the same lines in the same order.
+  for flags in (["--batch_tokens=0"], ["--batch_tokens=0", "--batch_size=1"]):
+    other = run_script("translate.py", f"--model={exported}", "--show_scores",
+                       *flags, input_text=stdin)
+    assert other.returncode == 0 and other.stdout.splitlines() == lines
+
+
+def test_length_batches_fit_the_token_budget():
+  lengths = [3, 9, 4, 9, 2, 30, 5, 5]
+  batches = length_batches(lengths, batch_tokens=20, max_sentences=3)
+  assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+  assert batches[0] == [5]  # longer than the budget: alone, and first
+  for batch in batches[1:]:
+    assert max(lengths[i] for i in batch) * len(batch) <= 20
+    assert len(batch) <= 3
+  # Sorted: each batch's texts are no longer than the previous batch's.
+  longest = [max(lengths[i] for i in b) for b in batches]
+  assert longest == sorted(longest, reverse=True)
+  assert length_batches([], 20, 3) == []
+
+
+def test_translations_come_back_in_input_order_from_length_batches():
+  """A fake search that echoes: whatever the batches, result i is text i,
+  each batch is sorted by length, and the prefixes follow their texts."""
+  seen = []
+
+  def nbest_fn(texts):
+    seen.append(list(texts))
+    return [[t.encode()] for t in texts], [[0.0] for _ in texts]
+
+  def prefix_fn(texts, prefixes):
+    return [f"{p}|{t}".encode() for t, p in zip(texts, prefixes)], [0.0] * len(texts)
+  texts = ["a b c d e", "a", "a b c", "a b", "a b c d e f g"]
+  translator = Translator(nbest_fn, 1, prefix_fn=prefix_fn)
+  results = translator.translate(texts, batch_size=2, batch_tokens=8)
+  assert [r[0][0] for r in results] == texts
+  assert all(len(batch) <= 2 for batch in seen)
+  assert seen[0] == ["a b c d e f g"]
+  prefixed = translator.translate(texts, prefixes=list("VWXYZ"),
+                                  batch_tokens=8)
+  assert [r[0][0] for r in prefixed] == [f"{p}|{t}" for p, t in
+                                         zip("VWXYZ", texts)]
 
 
 def test_nbest_lines(models, tmp_path):

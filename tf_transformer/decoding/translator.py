@@ -87,7 +87,8 @@ class Translator:
                _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)))
 
   def _prefixed(self, texts, nbest, prefixes):
-    """translate's search for a batch at `start`, with its prefixes."""
+    """translate's search for a batch of the texts at `indices`, with
+    their prefixes."""
     if self._prefix_fn is None:
       raise ValueError("--target_prefix: this export has no "
                        "translate_with_prefix signature (exported before it "
@@ -99,9 +100,9 @@ class Translator:
       raise ValueError(f"{len(prefixes)} prefixes for {len(texts)} inputs: "
                        "the prefix file must be line-aligned with the input")
 
-    def search(batch, start):
+    def search(batch, indices):
       translations, scores = self._prefix_fn(
-          batch, list(prefixes[start:start + len(batch)]))
+          batch, [prefixes[i] for i in indices])
       return ([[t] for t in translations], [[s] for s in scores])
     return search
 
@@ -132,26 +133,67 @@ class Translator:
     return messages
 
   def translate(self, texts, nbest=1, batch_size=32, progress=None,
-                prefixes=None):
+                prefixes=None, batch_tokens=0):
     """`progress`: a `progress.Progress`, told of each translated batch.
     `prefixes` (one a text, "" for none): each translation starts with its
-    prefix, completed by the same search (one translation a text)."""
+    prefix, completed by the same search (one translation a text).
+    `batch_tokens` > 0: the texts are sorted by length and cut into batches
+    of at most that many source subwords, padding included, and at most
+    `batch_size` texts (`length_batches`); else batches of `batch_size` in
+    file order. The results come back in the texts' order either way."""
     if not 1 <= nbest <= self.nbest_size:
       raise ValueError(f"--nbest={nbest}: must be between 1 and the "
                        f"{self.nbest_size} hypotheses this decoding gives "
                        "(the beam size, or --num_samples when sampling)")
-    search = lambda batch, start: self._nbest_fn(batch)
+    search = lambda batch, indices: self._nbest_fn(batch)
     if prefixes is not None:
       search = self._prefixed(texts, nbest, prefixes)
-    results = []
-    for start in range(0, len(texts), batch_size):
-      decoded, scores = search(list(texts[start:start + batch_size]), start)
-      for row, row_scores in zip(decoded, scores):
-        results.append([(t.decode("utf-8"), float(s))
-                        for t, s in zip(row[:nbest], row_scores[:nbest])])
+    if batch_tokens > 0:
+      batches = length_batches(self.input_lengths(texts), batch_tokens,
+                               batch_size)
+    else:
+      batches = [list(range(start, min(start + batch_size, len(texts))))
+                 for start in range(0, len(texts), batch_size)]
+    results = [None] * len(texts)
+    for indices in batches:
+      decoded, scores = search([texts[i] for i in indices], indices)
+      for i, row, row_scores in zip(indices, decoded, scores):
+        results[i] = [(t.decode("utf-8"), float(s))
+                      for t, s in zip(row[:nbest], row_scores[:nbest])]
       if progress:
         progress.add(len(decoded))
     return results
+
+  def input_lengths(self, texts):
+    """Each text's source length as the model sees it: its subwords, cut
+    to the input limit, plus EOS (whitespace words where an old export
+    cannot count subwords)."""
+    if self._count_fn is None:
+      return [len(text.split()) + 1 for text in texts]
+    lengths = []
+    for start in range(0, len(texts), 1024):
+      counts, limit = self._count_fn(list(texts[start:start + 1024]))
+      lengths += [min(int(n), limit) + 1 for n in counts]
+    return lengths
+
+
+def length_batches(lengths, batch_tokens, max_sentences):
+  """Batches (lists of indices into `lengths`) of texts of similar length,
+  as OpenNMT-tf, fairseq and Marian batch a file: sorted by length, each
+  batch as many texts as fit `batch_tokens` padded tokens (the longest
+  length times the count) and at most `max_sentences`; a text longer than
+  the budget goes alone. Longest first, so that a budget that is too large
+  shows at once."""
+  batches, batch, longest = [], [], 0
+  for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+    longest_with = max(longest, lengths[i])
+    if batch and (longest_with * (len(batch) + 1) > batch_tokens
+                  or len(batch) == max_sentences):
+      batches.append(batch)
+      batch, longest_with = [], lengths[i]
+    batch.append(i)
+    longest = longest_with
+  return batches + ([batch] if batch else [])
 
 
 def _prefix_fn(translate_with_prefix):

@@ -393,14 +393,18 @@ def attention(sentence, model=None, model_dir=None) -> dict:
   return {key: value.numpy()[0] for key, value in out.items()}
 
 
-def translate(translator, texts, nbest=1, batch_size=32, progress=None):
-  """Each text's `nbest` (translation, score) pairs, best first."""
-  return translator.translate(texts, nbest, batch_size, progress)
+def translate(translator, texts, nbest=1, batch_size=32, progress=None,
+              batch_tokens=0):
+  """Each text's `nbest` (translation, score) pairs, best first
+  (`Translator.translate` for the batching)."""
+  return translator.translate(texts, nbest, batch_size, progress,
+                              batch_tokens=batch_tokens)
 
 
 def evaluate(translator, source_lines, reference_lines, batch_size=32,
              paper_bleu=False, progress=None,
-             names=("the source", "the reference")) -> Evaluation:
+             names=("the source", "the reference"),
+             batch_tokens=0) -> Evaluation:
   """Translates `source_lines` and scores them against `reference_lines`
   with sacrebleu (`evaluation.score`). `names` name the two in messages.
   Raises DataError if the counts differ."""
@@ -410,7 +414,8 @@ def evaluate(translator, source_lines, reference_lines, batch_size=32,
                     "be line-aligned")
   warnings = translator.input_warnings(source_lines, names[0])
   hypotheses = [h[0][0] for h in translate(translator, source_lines, 1,
-                                           batch_size, progress)]
+                                           batch_size, progress,
+                                           batch_tokens)]
   return Evaluation(hypotheses, evaluation.score(hypotheses, reference_lines,
                                                  paper_bleu), warnings)
 

@@ -50,8 +50,25 @@ def define_flags():
                       "(NAME/VERSION) or a CTranslate2 directory; told apart "
                       "by their files.")
   flags.DEFINE_string("model_dir", None, "Or a training run / averaged model.")
-  flags.DEFINE_integer("batch_size", 32, "Sentences per batch.")
+  flags.DEFINE_integer("batch_size", None, "Sentences per batch with "
+                       "--batch_tokens=0 (default 32); with --batch_tokens, "
+                       "at most this many (default: no limit).",
+                       lower_bound=1)
+  flags.DEFINE_integer("batch_tokens", 2048, "Sort the input by length and "
+                       "batch it by this many source subwords, padding "
+                       "included (OpenNMT-tf's, fairseq's and Marian's "
+                       "batching); outputs stay in input order. 0: batches "
+                       "of --batch_size in input order.", lower_bound=0)
   define_decoding_flags()
+
+
+def batching(values=None):
+  """(batch_size, batch_tokens) for `Translator.translate` from the
+  flags."""
+  values = values or flags.FLAGS
+  if values.batch_tokens:
+    return values.batch_size or 1_000_000, values.batch_tokens
+  return values.batch_size or 32, 0
 
 
 def make_translator(values=None) -> Translator:
