@@ -216,7 +216,9 @@ def summarize(results, settings: Settings, vocabulary_path):
                      **{key: value for key, value in counts.items()
                         if key != "by_type"}, by_type=counts["by_type"])
                 for name, result in by_decoder.items()
-                for batch, counts in result.get("kernels", {}).items()]
+                for batch, counts in result.get("kernels", {}).items()
+                # An XLA export's loop is one compiled program: no steps.
+                if counts["steps"]]
   return {"throughput": throughput, "latency": latency,
           "concurrency": concurrency, "kernels": kernels}
 
