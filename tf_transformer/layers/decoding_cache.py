@@ -115,6 +115,16 @@ def selection(ancestors, step, group_size):
   the row holds the query's ancestor at that position (its slot) and the
   position is at most `step`. Computed once per step and shared by every
   layer; outside XLA only the blocks filled so far."""
+  num_blocks, batch, slots = _filled_slots(ancestors, step, group_size)
+  return tf.reshape(tf.one_hot(slots, group_size, True, False),
+                    [batch, 1, group_size,
+                     num_blocks * BLOCK_LENGTH * group_size])
+
+
+def _filled_slots(ancestors, step, group_size):
+  """(blocks read, batch, slots [batch, group, blocks * BLOCK_LENGTH]): the
+  slot of each query row's ancestor at each position read, -1 (one_hot of
+  no slot) after `step`; outside XLA only the blocks filled so far."""
   rows, length = dims(ancestors)
   if in_xla():
     num_blocks = length // BLOCK_LENGTH
@@ -123,11 +133,17 @@ def selection(ancestors, step, group_size):
     ancestors = ancestors[:, :num_blocks * BLOCK_LENGTH]
   batch = rows // group_size
   filled = tf.range(num_blocks * BLOCK_LENGTH) <= step
-  slots = tf.where(filled, ancestors, -1)  # -1: one_hot of no slot
-  slots = tf.reshape(slots, [batch, 1, group_size, num_blocks * BLOCK_LENGTH])
-  return tf.reshape(tf.one_hot(slots, group_size, True, False),
-                    [batch, 1, group_size,
-                     num_blocks * BLOCK_LENGTH * group_size])
+  slots = tf.reshape(tf.where(filled, ancestors, -1),
+                     [batch, group_size, num_blocks * BLOCK_LENGTH])
+  return num_blocks, batch, slots
+
+
+def _rows_at_step(batch, heads, step):
+  """The rows of a buffer's [num_blocks * batch * heads * BLOCK_LENGTH,
+  group * depth] view that hold position `step`."""
+  first = (step // BLOCK_LENGTH * batch * heads * BLOCK_LENGTH
+           + step % BLOCK_LENGTH)
+  return first + tf.range(batch * heads) * BLOCK_LENGTH
 
 
 def select(layer_cache, sentences):
@@ -163,17 +179,14 @@ def write(cache_buffer, new, step):
     updated = tf.tensor_scatter_nd_update(tf.reshape(cache_buffer, view),
                                           where, values)
     return tf.reshape(updated, tf.shape(cache_buffer))
-  # Rows of the [num_blocks * batch * heads * BLOCK_LENGTH, group * depth]
-  # view that hold position `step`.
-  first = block * batch * heads * BLOCK_LENGTH + offset
-  rows_at_step = first + tf.range(batch * heads) * BLOCK_LENGTH
   flat = tf.reshape(cache_buffer, [-1, group * depth])
   flat = tf.raw_ops.InplaceUpdate(
-      x=flat, i=rows_at_step, v=tf.reshape(values, [batch * heads, -1]))
+      x=flat, i=_rows_at_step(batch, heads, step),
+      v=tf.reshape(values, [batch * heads, -1]))
   return tf.reshape(flat, tf.shape(cache_buffer))
 
 
-def attend(query, key, value, select, step, scaled=False):
+def attend(query, key, value, select, step):
   """Eq. 1 for one decoder position over the cached positions 0..step, each
   taken from the slot of the row's ancestor there.
 
@@ -181,8 +194,6 @@ def attend(query, key, value, select, step, scaled=False):
   position `step` written; select: `selection(...)` of this step. Returns
   (output [batch, heads, group, d_v], weights [batch, heads, group, n]) over
   the first n = whole blocks up to `step` positions (every block under XLA).
-  `scaled`: the query is already multiplied by 1 / sqrt(d_k) (the fused
-  step folds it into W^Q).
 
   Every query of a sentence meets every slot's keys, one batched matmul per
   block; the rows that are not the query's ancestor (or lie after `step`)
@@ -194,9 +205,7 @@ def attend(query, key, value, select, step, scaled=False):
   if not in_xla():  # the filled blocks: a slice without a copy
     num_blocks = step // BLOCK_LENGTH + 1
     key, value = key[:num_blocks], value[:num_blocks]
-  if not scaled:
-    query = query * tf.cast(1.0 / math.sqrt(d_k), query.dtype)
-  q = query[tf.newaxis]
+  q = (query * tf.cast(1.0 / math.sqrt(d_k), query.dtype))[tf.newaxis]
   scores = tf.matmul(q, key, transpose_b=True)  # [blocks, b, h, group, rows]
   scores = tf.reshape(tf.transpose(scores, [1, 2, 3, 0, 4]),
                       [batch, heads, group, num_blocks * rows])
@@ -224,24 +233,14 @@ def plan_step(ancestors, step, group_size, heads):
   selection of `selection`, laid out blocks first as `attend_blocks` reads
   the scores, and the rows `write_planned` writes in a buffer of `heads`
   heads."""
-  rows, length = dims(ancestors)
-  batch = rows // group_size
-  if in_xla():
-    num_blocks = length // BLOCK_LENGTH
-  else:
-    num_blocks = step // BLOCK_LENGTH + 1
-    ancestors = ancestors[:, :num_blocks * BLOCK_LENGTH]
-  filled = tf.range(num_blocks * BLOCK_LENGTH) <= step
-  slots = tf.reshape(tf.where(filled, ancestors, -1),
-                     [batch, group_size, num_blocks, BLOCK_LENGTH])
+  num_blocks, batch, slots = _filled_slots(ancestors, step, group_size)
+  slots = tf.reshape(slots, [batch, group_size, num_blocks, BLOCK_LENGTH])
   select = tf.transpose(tf.one_hot(slots, group_size, True, False),
                         [2, 0, 1, 3, 4])
   select = tf.reshape(select, [num_blocks, batch, 1, group_size,
                                BLOCK_LENGTH * group_size])
-  first = (step // BLOCK_LENGTH * batch * heads * BLOCK_LENGTH
-           + step % BLOCK_LENGTH)
-  return StepPlan(num_blocks, select,
-                  first + tf.range(batch * heads) * BLOCK_LENGTH, step)
+  return StepPlan(num_blocks, select, _rows_at_step(batch, heads, step),
+                  step)
 
 
 def write_planned(cache_buffer, new, plan):
