@@ -4,8 +4,8 @@
                               limits, max_length, beam_size=4, alpha=0.6)
 
 `symbols_to_logits(ids [batch*beam, 1], step, cache) -> (logits, cache)` runs
-one decoder position (logits [batch*beam, vocab], or [batch*beam, 1, vocab]); it is called once per output token, never on the whole
-prefix. Scores are log P(Y|X) / lp(Y) with GNMT's length penalty
+one decoder position (logits [batch*beam, vocab], or [batch*beam, 1, vocab]);
+it is called once per output token, never on the whole prefix. Scores are log P(Y|X) / lp(Y) with GNMT's length penalty
 lp(Y) = ((5 + |Y|) / 6)^alpha (|Y| counts the EOS).
 
 Live and finished hypotheses are kept apart, as in the TF Model Garden: each

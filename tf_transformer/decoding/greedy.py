@@ -69,9 +69,7 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   limits, max_length = limits_lib.output_limits(source_mask,
                                                 max_length_offset, max_length)
   cache = model.initial_cache(memory, max_length)
-  # Read once here, not at every step of the loop.
-  weights = fused_step.read(step_weights if step_weights is not None
-                            else model.step_weights(max_length))
+  weights = fused_step.read(step_weights, model, max_length)
   if fixed_length:  # a [batch, max_length] PAD buffer: static shapes
     outputs = tf.fill([batch, max_length], PAD_ID)
     write = lambda outputs, step, chosen: tf.where(

@@ -217,9 +217,7 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   if prefix is not None:  # per sentence, as the source mask
     cache["prefix"] = prefix
   decoder = model.decoder
-  # Read once here, not at every step of the loop.
-  weights = fused_step.read(step_weights if step_weights is not None
-                            else model.step_weights(max_length))
+  weights = fused_step.read(step_weights, model, max_length)
 
   def symbols_to_logits(ids, step, cache):
     logits, decoder_cache = model.decode_step(ids, step, cache["decoder"],

@@ -118,11 +118,8 @@ class Translator:
           f"{_their(empty)} translation is whatever the model says for "
           "nothing")
     if self._count_fn and texts:
-      cut, limit = [], 0
-      for start in range(0, len(texts), 1024):
-        counts, limit = self._count_fn(list(texts[start:start + 1024]))
-        cut += [(start + i + 1, int(n)) for i, n in enumerate(counts)
-                if n > limit]
+      counts, limit = self._subword_counts(texts)
+      cut = [(i, n) for i, n in enumerate(counts, 1) if n > limit]
       if cut:
         longest = max(n for _, n in cut)
         messages.append(
@@ -170,11 +167,17 @@ class Translator:
     cannot count subwords)."""
     if self._count_fn is None:
       return [len(text.split()) + 1 for text in texts]
-    lengths = []
+    counts, limit = self._subword_counts(texts)
+    return [min(n, limit) + 1 for n in counts]
+
+  def _subword_counts(self, texts):
+    """(each text's subwords before the cut, the input limit), counted by
+    the model's own tokenizer 1,024 texts a call."""
+    counts, limit = [], 0
     for start in range(0, len(texts), 1024):
-      counts, limit = self._count_fn(list(texts[start:start + 1024]))
-      lengths += [min(int(n), limit) + 1 for n in counts]
-    return lengths
+      chunk, limit = self._count_fn(list(texts[start:start + 1024]))
+      counts += [int(n) for n in chunk]
+    return counts, limit
 
 
 def length_batches(lengths, batch_tokens, max_sentences):
