@@ -7,6 +7,13 @@ replaced if it exists; needs `pip install -e ".[ctranslate2]"`).
   bin/export.py --model_dir=/tmp/numbers_avg --export_dir=saved_models/numbers
   bin/export.py --model_dir=/tmp/numbers_avg --format=ctranslate2 \
       --export_dir=saved_models/numbers_ct2
+  bin/export.py --model_dir=runs/a/averaged --model_dir=runs/b/averaged \
+      --export_dir=saved_models/ensemble
+
+Several --model_dir (runs, averaged runs or RUN/ckpt-N checkpoints of one
+vocabulary) export one SavedModel whose search averages their
+log-probabilities at each step (--ensemble_average), with the same
+signatures as a single model's.
 
 The search is beam search with the config's beam size, alpha and length
 offset unless the decoding flags say otherwise (--decoding=greedy, or
@@ -36,7 +43,7 @@ def main(argv):
   stage = lambda what: print(f"export: {what} [{time.time() - start:.1f} s]",
                              file=sys.stderr, flush=True)
   try:
-    path = Runner(FLAGS.model_dir).export(
+    path = Runner(FLAGS.model_dir[0]).export(
         FLAGS.export_dir, on_stage=stage, **export_flags.export_arguments())
   except (FileNotFoundError, ImportError, ValueError) as e:
     print(f"export: error: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ Incremental decoding, one position at a time with static shapes (for
     weights = model.step_weights(max_length)      # once per search
     logits, cache = model.decode_step(ids_at_step, step, cache, source_mask,
                                       weights)
+    cache = model.reorder_cache(cache, parents)  # beam search
 
 Token ids use `special_ids`: PAD_ID is masked everywhere; the decoder input is
 the target shifted right behind BOS_ID.
@@ -149,6 +150,20 @@ class Transformer(keras.Model):
                      tf.float32)
     outputs = (logits,) + outputs[1:]
     return outputs[0] if len(outputs) == 1 else outputs
+
+  def reorder_cache(self, cache, parents):
+    """For beam search: row (b, j) continues the hypothesis in slot
+    `parents[b, j]` (`Decoder.reorder_cache`)."""
+    return self.decoder.reorder_cache(cache, parents)
+
+  def select_sentences(self, cache, sentences):
+    """The cache of the sentences at positions `sentences` [n] only
+    (`Decoder.select_sentences`)."""
+    return self.decoder.select_sentences(cache, sentences)
+
+  def cache_sentence_axes(self, cache):
+    """The cache's structure with each entry's sentence axis."""
+    return self.decoder.sentence_axes(cache)
 
   def step_weights(self, max_positions):
     """The weights of `decode_step` (`layers/fused_step.StepWeights`) for

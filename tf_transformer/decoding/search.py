@@ -216,7 +216,6 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
            "source_mask": source_mask}
   if prefix is not None:  # per sentence, as the source mask
     cache["prefix"] = prefix
-  decoder = model.decoder
   weights = fused_step.read(step_weights, model, max_length)
 
   def symbols_to_logits(ids, step, cache):
@@ -227,12 +226,12 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
     return logits, dict(cache, decoder=decoder_cache)
 
   def reorder_cache(cache, parents):
-    return dict(cache, decoder=decoder.reorder_cache(cache["decoder"],
-                                                     parents))
+    return dict(cache, decoder=model.reorder_cache(cache["decoder"],
+                                                   parents))
 
   def select_cache(cache, sentences):
-    selected = {"decoder": decoder.select_sentences(cache["decoder"],
-                                                    sentences),
+    selected = {"decoder": model.select_sentences(cache["decoder"],
+                                                  sentences),
                 "source_mask": tf.gather(cache["source_mask"], sentences)}
     if prefix is not None:
       selected["prefix"] = prefix_lib.select(cache["prefix"], sentences)
@@ -243,7 +242,7 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
       alpha, reorder_cache=reorder_cache,
       select_cache=select_cache if compact else None,
       cache_batch_axes=dict(
-          {"decoder": decoder.sentence_axes(cache["decoder"]),
+          {"decoder": model.cache_sentence_axes(cache["decoder"]),
            "source_mask": 0},
           **({} if prefix is None else {"prefix": prefix_lib.Prefix(0, 0)}))
       if compact else None)

@@ -125,9 +125,9 @@ def prepare(model, max_positions):
 def read(weights, model, max_positions):
   """The step weights a search uses, as tensors read once before its loop
   so that no step reads a variable: `weights` (an export stores them as
-  variables), or when None, `prepare(model, max_positions)`."""
+  variables), or when None, `model.step_weights(max_positions)`."""
   if weights is None:
-    return prepare(model, max_positions)
+    return model.step_weights(max_positions)
   return tf.nest.map_structure(
       lambda w: w if w is None else tf.convert_to_tensor(w), weights)
 

@@ -8,11 +8,15 @@ from tf_transformer.serving.export import DTYPES
 
 # Flags that are `Runner.export` arguments of the same name.
 EXPORT_ARGUMENTS = ("checkpoint", "format", "max_input_tokens", "xla",
-                    "decode_parts", "quantization", "dtype")
+                    "decode_parts", "quantization", "dtype",
+                    "ensemble_average")
 
 
 def define_flags():
-  flags.DEFINE_string("model_dir", None, "A training run or an averaged one.")
+  flags.DEFINE_multi_string(
+      "model_dir", None, "A training run or an averaged one; repeated "
+      "(--model_dir=A --model_dir=B, runs or RUN/ckpt-N checkpoints of one "
+      "vocabulary), one SavedModel that decodes them as an ensemble.")
   flags.DEFINE_string("checkpoint", None, "A checkpoint path, or 'best': "
                       "the run's best by dev BLEU (or loss, --best_metric "
                       "of bin/train.py), kept in MODEL_DIR/best/ (default: "
@@ -20,6 +24,7 @@ def define_flags():
   flags.DEFINE_string("export_dir", None, "saved_models/NAME; the version "
                       "folder is added.")
   translator_flags.define_decoding_flags()
+  translator_flags.define_ensemble_flag()
   flags.DEFINE_integer("max_input_tokens", 256, "Longer inputs are cut.")
   flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
                     "saved_model: for TensorFlow Serving; ctranslate2: for "
@@ -57,5 +62,6 @@ def export_arguments(values=None) -> dict:
   overrides included."""
   values = values or flags.FLAGS
   arguments = {name: values[name].value for name in EXPORT_ARGUMENTS}
+  arguments["ensemble"] = values.model_dir[1:]
   arguments.update(translator_flags.decoding_overrides(values))
   return arguments

@@ -25,6 +25,7 @@ from tf_transformer.data import sources
 from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
+from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.scoring import Scorer
 from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.decoding.translator import Translator
@@ -290,15 +291,22 @@ class Runner:
   def export(self, export_dir, checkpoint=None, format="saved_model",  # pylint: disable=redefined-builtin
              max_input_tokens=256, xla=False, decode_parts=1,
              quantization=None, dtype="float32", on_stage=None,
-             **decoding) -> str:
+             ensemble=(), ensemble_average="log_probs", **decoding) -> str:
     """Exports `checkpoint` (default: the newest) as the next SavedModel
     version of `export_dir`, its weights and matmuls in `dtype` ("float32"
     or "bfloat16"), or with format="ctranslate2" as a CTranslate2 model
-    directory; returns its path. `decoding`: DecodingOptions fields (None
-    keeps the config's); `on_stage(text)` hears of each stage and warning.
-    Raises ValueError naming a bad option, FileNotFoundError, ImportError
-    (CTranslate2 not installed)."""
+    directory; returns its path. `ensemble`: more runs (or checkpoints in
+    them) of this run's vocabulary, whose models decode with this one as
+    one ensemble (`decoding/ensemble.py`, combined by `ensemble_average`),
+    in one SavedModel with the same signatures. `decoding`: DecodingOptions
+    fields (None keeps the config's); `on_stage(text)` hears of each stage
+    and warning. Raises ValueError naming a bad option, FileNotFoundError,
+    ImportError (CTranslate2 not installed)."""
     on_stage = on_stage or (lambda text: None)
+    if ensemble and format != "saved_model":
+      raise ValueError(f"{1 + len(ensemble)} --model_dir: an ensemble "
+                       "exports only as --format=saved_model (CTranslate2 "
+                       "decodes one model)")
     if xla and format != "saved_model":
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
@@ -309,13 +317,17 @@ class Runner:
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
                        "(CTranslate2 stores its types by --quantization)")
-    if checkpoint == "best":
+    if checkpoint == "best" and not ensemble:
       checkpoint = best_lib.best_checkpoint(self.model_dir)
-    model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
-                                                 **decoding)
-    on_stage(f"restored the weights of {checkpoint or self.model_dir}")
+    model, vocabulary, options = loading.trained(
+        [self.model_dir, *ensemble], checkpoint, ensemble_average,
+        **decoding)
+    on_stage(f"restored the weights of {checkpoint or self.model_dir}"
+             + "".join(f" and {path}" for path in ensemble))
     if dtype == "bfloat16":
-      model = with_dtype_policy(model, dtype)
+      model = (ensemble_lib.Ensemble(
+          [with_dtype_policy(m, dtype) for m in model.members],
+          ensemble_average) if ensemble else with_dtype_policy(model, dtype))
       on_stage("weights and matmuls in bfloat16")
       warning = export_lib.bfloat16_warning()
       if warning:
@@ -350,11 +362,14 @@ class Runner:
     return loading.translator(self.model_dir, checkpoint, **decoding)
 
 
-def open_translator(model=None, model_dir=None, **decoding) -> Translator:
+def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
+                    **decoding) -> Translator:
   """A translator over an export (`model`: a SavedModel version or a
-  CTranslate2 directory) or over a run (`model_dir`), exactly one of them.
-  `decoding` (DecodingOptions fields; None = the config's) applies to a run
-  only: an export's search is fixed. Raises ValueError."""
+  CTranslate2 directory) or over a run (`model_dir`; a list of several
+  runs or checkpoints decodes as their ensemble, combined by
+  `ensemble_average`), exactly one of them. `decoding` (DecodingOptions
+  fields; None = the config's) applies to a run only: an export's search is
+  fixed. Raises ValueError."""
   if bool(model) == bool(model_dir):
     raise ValueError("pass exactly one of model and model_dir")
   if model:
@@ -363,7 +378,7 @@ def open_translator(model=None, model_dir=None, **decoding) -> Translator:
       raise ValueError(f"{', '.join(given)}: the decoding is fixed in an "
                        "export; re-export, or use the run")
     return Translator.from_export(model)
-  return Runner(model_dir).translator(**decoding)
+  return loading.translator(model_dir, None, ensemble_average, **decoding)
 
 
 def open_scorer(model) -> Scorer:

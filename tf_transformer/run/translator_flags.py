@@ -3,6 +3,7 @@
 from absl import app
 from absl import flags
 
+from tf_transformer.decoding.ensemble import AVERAGES
 from tf_transformer.decoding.search import METHODS
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.run import runner
@@ -49,7 +50,10 @@ def define_flags():
   flags.DEFINE_string("model", None, "An export: a SavedModel version "
                       "(NAME/VERSION) or a CTranslate2 directory; told apart "
                       "by their files.")
-  flags.DEFINE_string("model_dir", None, "Or a training run / averaged model.")
+  flags.DEFINE_multi_string(
+      "model_dir", None, "Or a training run / averaged model; repeated "
+      "(--model_dir=A --model_dir=B, runs or RUN/ckpt-N checkpoints of one "
+      "vocabulary), an ensemble of them.")
   flags.DEFINE_integer("batch_size", None, "Sentences per batch with "
                        "--batch_tokens=0 (default 32); with --batch_tokens, "
                        "at most this many (default: no limit).",
@@ -60,6 +64,15 @@ def define_flags():
                        "batching); outputs stay in input order. 0: batches "
                        "of --batch_size in input order.", lower_bound=0)
   define_decoding_flags()
+  define_ensemble_flag()
+
+
+def define_ensemble_flag():
+  """How an ensemble (several --model_dir) combines its members."""
+  flags.DEFINE_enum("ensemble_average", "log_probs", list(AVERAGES),
+                    "With several --model_dir: average the members' "
+                    "log-probabilities at each step (OpenNMT-py's default, "
+                    "Marian's), or their probabilities (fairseq's).")
 
 
 def batching(values=None):
@@ -79,11 +92,14 @@ def make_translator(values=None) -> Translator:
     raise app.UsageError("pass exactly one of --model and --model_dir")
   given = [f"--{name}" for name in DECODING_FLAGS
            if values[name].value is not None]
+  if values["ensemble_average"].present:
+    given.append("--ensemble_average")
   if values.model and given:
     raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
                          "export; re-export, or use --model_dir")
   try:
     return runner.open_translator(values.model, values.model_dir,
+                                  values.ensemble_average,
                                   **decoding_overrides(values))
   except ValueError as e:
-    raise app.UsageError(f"decoding flags: {e}") from e
+    raise app.UsageError(str(e)) from e

@@ -1,0 +1,135 @@
+"""Ensembles (decoding/ensemble.py): the step combines the members'
+distributions; an ensemble of one, or of a model with itself, translates as
+the model does; one SavedModel holds several runs; members of another
+vocabulary are refused."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import build_model, get_config
+from tf_transformer.decoding import search
+from tf_transformer.decoding.ensemble import Ensemble
+from tf_transformer.decoding.translator import Translator
+from tf_transformer.data import prepare
+from tf_transformer.run import loading
+from tf_transformer.run.runner import Runner
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from conftest import run_script
+from training_helpers import SPEC, write_run_dir
+
+SOURCE = tf.constant([[5, 6, 7, 9, EOS_ID], [8, 11, EOS_ID, PAD_ID, PAD_ID]])
+TEXTS = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
+
+
+def _model(seed, overrides=""):
+  keras.utils.set_random_seed(seed)
+  model = build_model(get_config("tiny", ",".join(
+      o for o in ("vocab_size=40,dropout_rate=0.0", overrides) if o)))
+  model.set_xla_attention(False)
+  return model
+
+
+def _decode(model, method):
+  options = search.DecodingOptions(method=method, max_decode_length_offset=6)
+  return tf.function(lambda ids: search.decode(model, ids, options))(SOURCE)
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
+    method):
+  model = _model(1)
+  ids, scores = _decode(model, method)
+  for ensemble in (Ensemble([model]), Ensemble([model, model]),
+                   Ensemble([model, model], average="probs")):
+    got_ids, got_scores = _decode(ensemble, method)
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_allclose(got_scores, scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("average", ["log_probs", "probs"])
+def test_each_step_combines_the_members_distributions(average):
+  """Members of other shapes (depth, width, heads) in one ensemble: its
+  step and its teacher-forced pass give the members' log-softmax outputs
+  averaged (or their probabilities averaged, in log space)."""
+  members = [_model(1), _model(2, "num_layers=1,d_model=32,num_heads=2,"
+                                  "d_k=16,d_v=16,d_ff=64")]
+  ensemble = Ensemble(members, average)
+
+  def combined(log_probs):
+    if average == "log_probs":
+      return np.mean(log_probs, axis=0)
+    return np.log(np.mean(np.exp(log_probs), axis=0))
+
+  memory, source_mask = ensemble.encode(SOURCE)
+  cache = ensemble.initial_cache(memory, 8, group_size=2)
+  ids = tf.fill([4, 1], BOS_ID)
+  got, _ = ensemble.decode_step(ids, 0, cache, source_mask,
+                                ensemble.step_weights(8))
+  expected = []
+  for member in members:
+    memory, _ = member.encode(SOURCE)
+    logits, _ = member.decode_step(ids, 0, member.initial_cache(memory, 8, 2),
+                                   source_mask, member.step_weights(8))
+    expected.append(tf.nn.log_softmax(logits).numpy())
+  np.testing.assert_allclose(got, combined(expected), atol=1e-5)
+
+  target_in = tf.constant([[BOS_ID, 5, 6], [BOS_ID, 7, PAD_ID]])
+  np.testing.assert_allclose(
+      ensemble((SOURCE, target_in)),
+      combined([tf.nn.log_softmax(m((SOURCE, target_in))).numpy()
+                for m in members]), atol=1e-5)
+  # A beam search over both runs, with sentences leaving the batch.
+  ids, scores = _decode(ensemble, "beam")
+  assert ids.shape[:2] == (2, 4) and np.all(np.isfinite(scores))
+
+
+def test_members_of_another_vocabulary_are_refused(tmp_path):
+  with pytest.raises(ValueError, match="vocabularies differ in size"):
+    Ensemble([_model(1), _model(2, "vocab_size=50")])
+  with pytest.raises(ValueError, match="average="):
+    Ensemble([_model(1)], average="max")
+  first = write_run_dir(tmp_path / "a")
+  other = tmp_path / "b"
+  write_run_dir(other)
+  prepare.build_vocabulary(SPEC, 300).save(str(other))
+  with pytest.raises(ValueError, match=f"--model_dir={other} has another "
+                     f"vocabulary than --model_dir={first}"):
+    loading.trained([str(first), str(other)])
+  with pytest.raises(ValueError, match="give each member's checkpoint"):
+    loading.trained([str(first), str(first)], checkpoint="x/ckpt-1")
+  with pytest.raises(ValueError, match="only as --format=saved_model"):
+    Runner(str(first)).export(str(tmp_path / "ct2"), format="ctranslate2",
+                              ensemble=[str(first)])
+
+
+def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
+    trained_numbers_run, trained_export, tmp_path):
+  """bin/export.py's ensemble path (a run and a checkpoint path, here of
+  the same weights) gives one SavedModel with the usual signatures and the
+  single export's translations; bin/translate.py takes several
+  --model_dir the same way."""
+  run = str(trained_numbers_run)
+  checkpoint = tf.train.latest_checkpoint(run)
+  path = Runner(run).export(str(tmp_path / "ensemble"), max_input_tokens=24,
+                            max_decode_length_offset=10,
+                            ensemble=[checkpoint])
+  single = Translator.from_export(str(trained_export)).translate(TEXTS, 4)
+  ensemble = Translator.from_export(path).translate(TEXTS, 4)
+  assert [[t for t, _ in h] for h in ensemble] == [
+      [t for t, _ in h] for h in single]
+  np.testing.assert_allclose([[s for _, s in h] for h in ensemble],
+                             [[s for _, s in h] for h in single], atol=1e-4)
+  loaded = tf.saved_model.load(path)
+  assert set(loaded.signatures) >= {"serving_default", "score", "attention"}
+  scored = loaded.signatures["score"](source=tf.constant(TEXTS[:1]),
+                                      target=tf.constant([single[0][0][0]]))
+  assert float(scored["log_prob"][0]) < 0
+
+  result = run_script("translate.py", f"--model_dir={run}",
+                      f"--model_dir={checkpoint}", "--max_length_offset=10",
+                      "--ensemble_average=probs",
+                      input_text="".join(t + "\n" for t in TEXTS))
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.splitlines() == [h[0][0] for h in single]

@@ -1,0 +1,125 @@
+"""Several trained Transformers of one vocabulary decoding as one model: at
+each step the search scores the next token by the members' distributions
+combined, as fairseq, OpenNMT-py and Marian ensemble; the paper's
+"ensembles" of Table 2 rows are such combinations.
+
+    ensemble = Ensemble([model_a, model_b])     # same vocabulary
+    ids, scores = decode(ensemble, source_ids)  # decoding/search.py
+
+`Ensemble` offers what a search, an export (`TranslationModule`) and forced
+scoring ask of a `Transformer`: `encode`, `initial_cache`, `step_weights`,
+`decode_step`, the cache's reorder and selection, a teacher-forced call,
+`attention_weights`, `config` and `set_xla_attention`. Each member keeps its
+own memory, cache and step weights (tuples, one entry a member), so members
+may differ in depth, width or heads; only the vocabulary must be the same.
+
+Two ways to combine, over the members' log-softmax outputs log p_i:
+- "log_probs" (default): their mean, (1/n) sum_i log p_i, as OpenNMT-py
+  does by default and Marian with equal weights; the search's log-softmax
+  renormalizes it (a normalized geometric mean of the p_i);
+- "probs": log of the mean probability, log (1/n) sum_i p_i, as fairseq
+  does (OpenNMT-py's -avg_raw_probs).
+An ensemble of one decodes exactly as its model does.
+"""
+
+import math
+
+import tensorflow as tf
+
+AVERAGES = ("log_probs", "probs")
+
+
+class Ensemble(tf.Module):
+  """Members of one vocabulary, combined at each step (`average`)."""
+
+  def __init__(self, members, average="log_probs"):
+    super().__init__()
+    members = list(members)
+    if not members:
+      raise ValueError("an ensemble needs at least one model")
+    if average not in AVERAGES:
+      raise ValueError(f"average={average!r}: one of {AVERAGES}")
+    sizes = [m.config.model.vocab_size for m in members]
+    if len(set(sizes)) > 1:
+      raise ValueError(f"the members' vocabularies differ in size ({sizes}): "
+                       "an ensemble's members must share one vocabulary")
+    self.members = members
+    self.average = average
+    # The member whose limits bind: a learned position table has no rows
+    # past its max_length, so the shortest such table decides the lengths.
+    learned = [m for m in members
+               if m.config.model.positional_encoding == "learned"]
+    self.lead = min(learned, key=lambda m: m.config.model.max_length,
+                    default=members[0])
+
+  @property
+  def config(self):
+    """The lead member's config: its decoding part and length limits are
+    the ensemble's."""
+    return self.lead.config
+
+  def set_xla_attention(self, enabled):
+    for member in self.members:
+      member.set_xla_attention(enabled)
+
+  def combine(self, logits):
+    """[..., vocab] log-probabilities of the ensemble from each member's
+    logits (a list, one entry a member)."""
+    log_probs = [tf.nn.log_softmax(tf.cast(x, tf.float32)) for x in logits]
+    if len(log_probs) == 1:
+      return log_probs[0]
+    if self.average == "log_probs":
+      return tf.add_n(log_probs) / len(log_probs)
+    return (tf.reduce_logsumexp(tf.stack(log_probs), axis=0)
+            - math.log(len(log_probs)))
+
+  def __call__(self, inputs, training=False):
+    """Teacher forcing: the combined log-probabilities [batch, T, vocab]
+    of (source_ids, target_input_ids), used as logits."""
+    return self.combine([m(inputs, training=training) for m in self.members])
+
+  def encode(self, source_ids):
+    """(memories, one a member; the source padding mask)."""
+    encoded = [m.encode(source_ids) for m in self.members]
+    return tuple(memory for memory, _ in encoded), encoded[0][1]
+
+  def initial_cache(self, memory, max_length, group_size=1):
+    return tuple(m.initial_cache(x, max_length, group_size)
+                 for m, x in zip(self.members, memory))
+
+  def step_weights(self, max_positions):
+    return tuple(m.step_weights(max_positions) for m in self.members)
+
+  def decode_step(self, ids, step, cache, source_mask, weights):
+    """(combined log-probabilities [rows, vocab], cache) for `ids` at
+    `step`: each member's `decode_step`, then `combine`."""
+    steps = [m.decode_step(ids, step, c, source_mask, w)
+             for m, c, w in zip(self.members, cache, weights)]
+    return (self.combine([logits for logits, _ in steps]),
+            tuple(c for _, c in steps))
+
+  def reorder_cache(self, cache, parents):
+    return tuple(m.reorder_cache(c, parents)
+                 for m, c in zip(self.members, cache))
+
+  def select_sentences(self, cache, sentences):
+    return tuple(m.select_sentences(c, sentences)
+                 for m, c in zip(self.members, cache))
+
+  def cache_sentence_axes(self, cache):
+    return tuple(m.cache_sentence_axes(c)
+                 for m, c in zip(self.members, cache))
+
+  def attention_weights(self, source_ids, target_input_ids):
+    """The members' attention distributions averaged where all members have
+    the lead's layers and heads (fairseq averages them too), else the
+    lead's alone (`Transformer.attention_weights`)."""
+    shape = lambda m: (m.config.model.num_layers, m.config.model.num_heads)
+    if any(shape(m) != shape(self.lead) for m in self.members):
+      return self.lead.attention_weights(source_ids, target_input_ids)
+    weights = [m.attention_weights(source_ids, target_input_ids)
+               for m in self.members]
+    return {kind: [tf.add_n([tf.cast(w[kind][layer], tf.float32)
+                             for w in weights]) / len(weights)
+                   for layer in range(len(weights[0][kind]))]
+            for kind in weights[0]}
