@@ -36,11 +36,14 @@ setuptools.setup(
         "sentencepiece>=0.2",
         # Number words in many languages, for the embedded `numbers` task.
         "num2words>=0.5.13",
+        # The field's standard plotting library: the attention images in
+        # TensorBoard and bin/plot_attention.py, labelled with their tokens.
+        "matplotlib>=3.8",
     ],
     extras_require={
         # bin/serving_client.py --protocol=grpc: TF Serving's own gRPC stubs.
         "serving": ["tensorflow-serving-api~=2.21.0"],
-        # bin/plot_attention.py: the field's standard plotting library.
+        # Kept for old install lines: matplotlib is now a dependency.
         "plot": ["matplotlib>=3.8"],
         # bin/export.py --format=ctranslate2 and translating with its output:
         # CTranslate2, the C++ engine OpenNMT-tf users serve with.

@@ -1,6 +1,7 @@
 """bin/plot_attention.py writes one PNG heatmap per kind, layer and head,
 from an export's attention signature or from a checkpoint."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -69,3 +70,24 @@ def test_heatmap_shape_is_checked(tmp_path):
   with pytest.raises(ValueError, match="do not match"):
     plots.attention_heatmap([[1.0]], ["a"], ["b", "c"], "t",
                             str(tmp_path / "x.png"))
+
+
+def test_a_layer_image_shows_every_head_with_its_tokens():
+  """TensorBoard's attention image of one layer (plots.layer_image): a
+  panel a head, `HEADS_PER_ROW` a row, grown with the tokens; mismatched
+  tokens are refused."""
+  rows, columns = ["▁Zwei", "▁Hunde", "</s>"], ["▁Two", "▁dogs", ".", "</s>"]
+  per_row = plots.HEADS_PER_ROW
+  weights = lambda heads, keys=4: np.full([heads, 3, keys], 1.0 / keys)
+  decode = lambda png: tf.io.decode_png(png).numpy()
+  one_row = decode(plots.layer_image(weights(per_row), rows, columns, "t"))
+  two_rows = decode(plots.layer_image(weights(2 * per_row), rows, columns,
+                                      "t"))
+  longer = decode(plots.layer_image(weights(per_row, 8), rows, columns * 2,
+                                    "t"))
+  assert one_row.shape[1] > 100 and one_row.shape[0] > 100
+  assert two_rows.shape[1] == one_row.shape[1]
+  assert two_rows.shape[0] > 1.5 * one_row.shape[0] - 60  # title once
+  assert longer.shape[1] > one_row.shape[1]
+  with pytest.raises(ValueError, match="do not match"):
+    plots.layer_image(weights(per_row), rows[:2], columns, "t")

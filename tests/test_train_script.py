@@ -138,9 +138,11 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
     assert tag in train_tags, (tag, train_tags)
   dev_tags = _tags(model_dir / "dev")
   for tag in ("loss", "nll", "perplexity", "bleu", "exact_match",
-              "sample_translations", "attention/encoder_self",
-              "attention/decoder_self", "attention/encoder_decoder"):
+              "sample_translations", "attention/encoder_self/layer_1",
+              "attention/decoder_self/layer_2",
+              "attention/encoder_decoder/layer_2"):
     assert tag in dev_tags, (tag, dev_tags)
+  assert "attention/encoder_self/layer_3" not in dev_tags  # tiny: 2 layers
   for name in ("config.json", "vocabulary.model", "data_spec.json",
                "train_flags.txt", "data_stats.json"):
     assert (model_dir / name).exists()

@@ -1,45 +1,98 @@
-"""Attention heatmaps as PNG files, like the paper's Figures 3 to 5: one
-head of one layer, the rows attending to the columns, tokens on the axes.
+"""Attention heatmaps, drawn as the paper's Figures 3 to 5: the rows (the
+queries' tokens) attending to the columns (the keys' tokens), tokens on the
+axes. `attention_heatmap` writes one head of one layer as a PNG file
+(bin/plot_attention.py); `layer_image` draws one layer with all its heads
+as PNG bytes, which the training summaries show in TensorBoard.
 
-Needs matplotlib (pip install "tf_transformer[plot]"), the field's standard
-plotting library; it is imported only here.
+matplotlib, the field's standard plotting library (and the one TensorFlow's
+TensorBoard image guide draws figures with), draws them; it is imported
+only here.
 """
 
+import io
+import math
 import os
 
 import numpy as np
 
+# Inches a token takes on an axis, and the margin for the token labels:
+# 8-point labels at 100 dpi, readable in TensorBoard without zooming.
+_INCHES_PER_TOKEN = 0.17
+_LABEL_INCHES = 1.1
+_DPI = 100
+HEADS_PER_ROW = 2
 
-def _pyplot():
+
+def _figure(width, height):
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
+    from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    raise ImportError("plots need matplotlib: pip install "
+    raise ImportError("attention images need matplotlib: pip install "
                       "'tf_transformer[plot]'") from e
-  matplotlib.use("Agg")  # files only, no display
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  return plt
+  # A Figure without pyplot: no global state, no display, thread-safe;
+  # constrained layout keeps the labels of one panel off the next.
+  return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
+
+
+def _check(weights, row_tokens, column_tokens):
+  weights = np.asarray(weights, dtype=np.float32)
+  if weights.shape != (len(row_tokens), len(column_tokens)):
+    raise ValueError(f"weights {weights.shape} do not match "
+                     f"{len(row_tokens)} x {len(column_tokens)} tokens")
+  return weights
+
+
+def _draw(axes, weights, row_tokens, column_tokens, title, row_labels=True):
+  """One head's heatmap on `axes`, values 0 to 1 on one colour scale."""
+  image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0,
+                      aspect="equal")
+  axes.set_xticks(range(len(column_tokens)), column_tokens, rotation=90,
+                  fontsize=8)
+  axes.set_yticks(range(len(row_tokens)),
+                  row_tokens if row_labels else [""] * len(row_tokens),
+                  fontsize=8)
+  axes.set_title(title, fontsize=9)
+  return image
 
 
 def attention_heatmap(weights, row_tokens, column_tokens, title, path):
   """Writes `weights` [rows, columns] (each row a distribution over the
   columns) as a heatmap PNG at `path`."""
-  weights = np.asarray(weights)
-  if weights.shape != (len(row_tokens), len(column_tokens)):
-    raise ValueError(f"weights {weights.shape} do not match "
-                     f"{len(row_tokens)} x {len(column_tokens)} tokens")
-  plt = _pyplot()
+  weights = _check(weights, row_tokens, column_tokens)
   size = 2.5 + 0.35 * max(len(row_tokens), len(column_tokens))
-  figure, axes = plt.subplots(figsize=(size, size))
-  image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0)
-  axes.set_xticks(range(len(column_tokens)), column_tokens, rotation=90)
-  axes.set_yticks(range(len(row_tokens)), row_tokens)
-  axes.set_title(title)
+  figure = _figure(size, size)
+  axes = figure.subplots()
+  image = _draw(axes, weights, row_tokens, column_tokens, title)
   figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
-  figure.tight_layout()
-  figure.savefig(path, dpi=100)
-  plt.close(figure)
+  figure.savefig(path, dpi=_DPI)
   return path
+
+
+def layer_image(heads, row_tokens, column_tokens, title):
+  """PNG bytes of one layer's attention, [heads, rows, columns], one panel
+  a head (up to `HEADS_PER_ROW` a row), the tokens on every panel's axes
+  and one colour scale from 0 to 1."""
+  heads = np.asarray(heads, dtype=np.float32)
+  for head in heads:
+    _check(head, row_tokens, column_tokens)
+  columns = min(len(heads), HEADS_PER_ROW)
+  rows = math.ceil(len(heads) / columns)
+  panel_width = _LABEL_INCHES / 2 + _INCHES_PER_TOKEN * len(column_tokens)
+  panel_height = _LABEL_INCHES / 2 + _INCHES_PER_TOKEN * len(row_tokens)
+  figure = _figure(_LABEL_INCHES / 2 + 0.8 + columns * panel_width,
+                   0.5 + _LABEL_INCHES / 2 + rows * panel_height)
+  grid = figure.subplots(rows, columns, squeeze=False)
+  for index, axes in enumerate(grid.flat):
+    if index >= len(heads):
+      axes.set_axis_off()
+      continue
+    image = _draw(axes, heads[index], row_tokens, column_tokens,
+                  f"head {index + 1}", row_labels=index % columns == 0)
+  figure.suptitle(title, fontsize=10)
+  figure.colorbar(image, ax=grid, fraction=0.02)
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format="png", dpi=_DPI)
+  return buffer.getvalue()
 
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -63,9 +116,19 @@ def choose(spec, count, what):
   return chosen
 
 
-def _tokens(pieces):
+def tokens(pieces):
+  """Subword pieces (bytes or str, "" as padding) as labels."""
   return [p.decode("utf-8", "replace") if isinstance(p, bytes) else p
           for p in pieces if p]
+
+
+def axes_tokens(kind, source_tokens, target_tokens):
+  """(row tokens, column tokens) of one kind of attention: queries and keys
+  are the source's for the encoder, the target's for the decoder (rows
+  labelled by the token each position outputs)."""
+  return {"encoder_self": (source_tokens, source_tokens),
+          "decoder_self": (target_tokens, target_tokens),
+          "encoder_decoder": (target_tokens, source_tokens)}[kind]
 
 
 def attention_heatmaps(attention, kinds, layers, heads, output_dir):
@@ -74,15 +137,13 @@ def attention_heatmaps(attention, kinds, layers, heads, output_dir):
   of one sentence's `attention` (the `attention` function's outputs:
   source_tokens, target_tokens and [layers, heads, rows, columns] weights
   per kind); returns the paths."""
-  source = _tokens(attention["source_tokens"])
-  target = _tokens(attention["target_tokens"])
-  axes = {"encoder_self": (source, source), "decoder_self": (target, target),
-          "encoder_decoder": (target, source)}
+  source = tokens(attention["source_tokens"])
+  target = tokens(attention["target_tokens"])
   num_layers = attention["encoder_self"].shape[0]
   os.makedirs(output_dir, exist_ok=True)
   paths = []
   for kind in kinds:
-    rows, columns = axes[kind]
+    rows, columns = axes_tokens(kind, source, target)
     for layer in layers:
       for head in heads:
         paths.append(attention_heatmap(

@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer import evaluation
+from tf_transformer import plots
 from tf_transformer.data import sequences
 from tf_transformer.data import sources
 from tf_transformer.decoding import text as text_decoding
@@ -82,8 +83,8 @@ class Evaluator:
 
   def translations(self):
     """sacrebleu BLEU of the dev set's translations (the first
-    `eval_max_sentences` if > 0), some samples and one sentence's attention
-    weights."""
+    `eval_max_sentences` if > 0), some samples, one sentence's attention
+    weights and its (source, translation) subwords."""
     pairs = dev_pairs(self.spec, self.eval_max_sentences)
     source_texts = [s for s, _ in pairs]
     references = [t for _, t in pairs]
@@ -91,20 +92,22 @@ class Evaluator:
         self._decode, self.vocabulary, pairs, self.batch_tokens)
     source_ids = sequences.source_ids(self.vocabulary,
                                       tf.constant(source_texts[:1]))
-    target_in = sequences.decoder_input(sequences.labels(sequences.subwords(
-        self.vocabulary, tf.constant(hypotheses[:1]))))
-    attention = self.model.attention_weights(source_ids.to_tensor(),
-                                             target_in.to_tensor())
+    labels = sequences.labels(sequences.subwords(
+        self.vocabulary, tf.constant(hypotheses[:1])))
+    attention = self.model.attention_weights(
+        source_ids.to_tensor(), sequences.decoder_input(labels).to_tensor())
     samples = list(zip(source_texts, references, hypotheses))[:5]
-    return scores, samples, attention
+    tokens = [plots.tokens(self.vocabulary.pieces(ids[0]).numpy())
+              for ids in (source_ids, labels)]
+    return scores, samples, attention, tokens
 
   def __call__(self, step):
     metrics = self.loss()
     if self.is_chief:
-      scores, samples, attention = self.translations()
+      scores, samples, attention, tokens = self.translations()
       metrics.update(scores)
       self.summaries.translations(step, samples)
-      self.summaries.attention(step, attention)
+      self.summaries.attention(step, attention, *tokens)
     self.summaries.scalars("dev", step, metrics)
     if not self._explained:
       self._explained = True

@@ -1,10 +1,14 @@
 """TensorBoard summaries of a run: scalars, sample translations as text,
-attention heatmaps as images (Figures 3-5 of the paper), and hparams."""
+attention heatmaps as images labelled with their tokens (Figures 3-5 of the
+paper), and hparams."""
 
 import os
 
+import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
+
+from tf_transformer import plots
 
 
 class Summaries:
@@ -42,26 +46,24 @@ class Summaries:
       tf.summary.text("sample_translations", "\n".join(rows))
     self.dev.flush()
 
-  def attention(self, step, weights, scale=8):
-    """One grayscale heatmap per kind (last layer, all heads side by side):
-    weights maps "encoder_self"/"decoder_self"/"encoder_decoder" to a list
-    of per-layer [batch, heads, query, key] tensors."""
+  def attention(self, step, weights, source_tokens, target_tokens):
+    """One image per kind and layer, tagged attention/KIND/layer_L (from
+    1), its heads side by side with the tokens on the axes, as the paper's
+    Figures 3-5 draw them (`plots.layer_image`). `weights` maps
+    "encoder_self"/"decoder_self"/"encoder_decoder" to a list of per-layer
+    [batch, heads, query, key] tensors, of which the first sentence is
+    drawn; `source_tokens` and `target_tokens` are its subwords (the
+    target's as the decoder outputs them, EOS last)."""
     if not self.enabled:
       return
     with self.dev.as_default(step=step):
       for kind, layers in weights.items():
-        tf.summary.image(f"attention/{kind}", heatmap(layers[-1][0], scale))
+        rows, columns = plots.axes_tokens(kind, source_tokens, target_tokens)
+        for index, layer in enumerate(layers):
+          png = plots.layer_image(
+              np.asarray(layer[0])[:, :len(rows), :len(columns)], rows,
+              columns, f"{kind}, layer {index + 1} of {len(layers)}, step "
+              f"{step}")
+          tf.summary.image(f"attention/{kind}/layer_{index + 1}",
+                           tf.io.decode_png(png)[tf.newaxis])
     self.dev.flush()
-
-
-def heatmap(heads, scale=8):
-  """[heads, query, key] weights in [0, 1] -> one [1, H, W, 1] image with the
-  heads side by side, each cell `scale` pixels, rows = queries."""
-  heads = tf.cast(heads, tf.float32)
-  heads = heads / tf.maximum(tf.reduce_max(heads, axis=[1, 2], keepdims=True),
-                             1e-9)
-  gap = tf.ones_like(heads[:, :, :1])
-  tiles = tf.concat([tf.concat([h, g], axis=1) for h, g in
-                     zip(tf.unstack(heads), tf.unstack(gap))], axis=1)
-  image = tf.repeat(tf.repeat(tiles, scale, axis=0), scale, axis=1)
-  return image[tf.newaxis, :, :, tf.newaxis]
