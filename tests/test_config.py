@@ -3,6 +3,7 @@
 import pytest
 
 from tf_transformer import config as config_lib
+from tf_transformer.config import get_config
 
 
 def test_base_and_big_are_the_papers_table3():
@@ -87,3 +88,34 @@ def test_unknown_preset_lists_the_presets():
     config_lib.get_config("huge")
   assert "unknown config preset 'huge'" in str(error.value)
   assert "tiny" in str(error.value)
+
+
+def test_auto_config_follows_the_training_pairs():
+  """--config=auto (bin/train.py's default): small_corpus below a million
+  pairs, base above; --hparams and flags win over the choice."""
+  few, reason = config_lib.AutoConfig().resolve(5_000)
+  assert few == get_config("small_corpus")
+  assert reason == ("--config=auto: small_corpus for 5,000 training pairs "
+                    "(fewer than 1,000,000)")
+  assert config_lib.AutoConfig().resolve(4_500_000) == (
+      get_config("base"), "--config=auto: base for 4,500,000 training pairs")
+  asked = config_lib.AutoConfig(
+      "dropout_rate=0.2", (("train_steps", 7),)).resolve(5_000)[0]
+  assert (asked.model.dropout_rate, asked.training.train_steps) == (0.2, 7)
+
+
+def test_auto_config_is_chosen_once_and_kept_on_resume(tmp_path):
+  from tf_transformer.run import run_dir  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  from training_helpers import SPEC  # pylint: disable=g-import-not-at-top
+  small = "num_layers=1,d_model=32,d_ff=64,num_heads=2,batch_tokens=512"
+  options = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
+                 vocab_size=400)
+  auto = config_lib.AutoConfig(small, (("train_steps", 1),))
+  Runner(str(tmp_path)).train(auto, SPEC, **options)
+  saved = run_dir.load_config(str(tmp_path))
+  assert saved.training.warmup_steps == 400  # small_corpus, for 300 pairs
+  assert saved.model.num_layers == 1  # --hparams over the preset
+  again = Runner(str(tmp_path)).train(
+      config_lib.AutoConfig(small, (("train_steps", 2),)), SPEC, **options)
+  assert again["step"] == 2

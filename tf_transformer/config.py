@@ -285,3 +285,28 @@ def get_config(name: str = "base", overrides: str = "",
   values.update(parse_overrides(overrides))
   values.update(changes)
   return TransformerConfig.from_flat(values)
+
+
+# What `--config=auto` (bin/train.py's default) trains, by the training
+# pairs (below, preset): the paper's base model is made for WMT's 4.5M
+# pairs; on tens of thousands of pairs it overfits and trains too slowly on
+# a CPU. More dropout for a few thousand pairs was measured and lost at 20
+# minutes (docs/recipes.md#your-own-small-corpus).
+AUTO_PRESETS = ((1_000_000, "small_corpus"), (float("inf"), "base"))
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoConfig:
+  """A config chosen by the training corpus's size (`AUTO_PRESETS`), with
+  `overrides` (--hparams) and `changes` (flags such as train_steps) on top,
+  resolved once the pairs are counted (`resolve`)."""
+  overrides: str = ""
+  changes: tuple = ()  # (field, value) pairs
+
+  def resolve(self, num_pairs):
+    """(TransformerConfig, the reason for it, one line)."""
+    below, name = next(e for e in AUTO_PRESETS if num_pairs < e[0])
+    config = get_config(name, self.overrides, **dict(self.changes))
+    return config, (f"--config=auto: {name} for {num_pairs:,} training "
+                    + (f"pairs (fewer than {below:,})"
+                       if below != float("inf") else "pairs"))

@@ -104,9 +104,11 @@ class Runner:
     `allow_data_change` the same training data. `init_from` (another run,
     or a checkpoint) starts a new run from its model weights, with its
     vocabulary and architecture and a fresh optimizer, step and schedule.
-    `options`: `TrainOptions` fields (steps and batch size are
-    `config.training`'s). Returns `Trainer.train`'s result: step, losses, dev
-    metrics, checkpoint, stopped_by, time_up, weights_fingerprint.
+    `config` may be a `config.AutoConfig`, chosen by the training pairs
+    (logged with the reason). `options`: `TrainOptions` fields (steps and
+    batch size are `config.training`'s). Returns `Trainer.train`'s result:
+    step, losses, dev metrics, checkpoint, stopped_by, time_up,
+    weights_fingerprint.
     Raises DataError, ValueError, DivergedError (NaN, Inf or a runaway
     loss) or RunLockedError.
     """
@@ -189,6 +191,9 @@ class Runner:
     if os.path.exists(os.path.join(model_dir, run_dir.CONFIG)):
       if chief:
         self._check_same_data(spec, allow_data_change)
+      if isinstance(config, config_lib.AutoConfig):
+        # The choice the run started with: the same pairs, the same config.
+        config = config.resolve(self._saved_pairs())[0]
       return self._resumed_config(config, chief, allow_recipe_change,
                                   flags_text)
     if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
@@ -199,8 +204,11 @@ class Runner:
       vocabulary = prepare_lib.build_vocabulary(
           spec, vocab_size, vocab_model_type, seed=seed)
       vocabulary.save(model_dir)
-    config = config.replace(vocab_size=vocabulary.vocab_size)
     stats = self._statistics(spec, vocabulary, max_length)
+    if isinstance(config, config_lib.AutoConfig):
+      config, reason = config.resolve(stats["train"]["pairs"])
+      logging.info("%s", reason)
+    config = config.replace(vocab_size=vocabulary.vocab_size)
     for split, split_stats in stats.items():
       if isinstance(split_stats, dict):
         logging.info(
@@ -210,6 +218,16 @@ class Runner:
             split_stats["dropped_empty_side"])
     run_dir.save(model_dir, config, spec, flags_text, stats)
     return config, vocabulary
+
+  def _saved_pairs(self):
+    """The training pairs the run's saved statistics count."""
+    path = os.path.join(self.model_dir, STATS_FILE)
+    if not os.path.exists(path):
+      raise ValueError(f"{self.model_dir} has no {STATS_FILE} to choose "
+                       "--config=auto by: resume with the --config it was "
+                       "trained with")
+    with open(path) as f:
+      return json.load(f)["train"]["pairs"]
 
   def _statistics(self, spec, vocabulary, max_length):
     """The corpus statistics, after tokenizing the training pairs into

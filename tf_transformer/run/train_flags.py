@@ -20,8 +20,11 @@ TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
 def define_flags():
   """The data flags and the training flags."""
   data_flags.define_flags()
-  flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
-                    "Model preset: base, big, Table 3 rows, parsing, tiny.")
+  flags.DEFINE_enum("config", "auto", ["auto"] + sorted(config_lib.PRESETS),
+                    "Model preset: base, big, Table 3 rows, parsing, "
+                    "small_corpus, tiny; auto: by the training pairs "
+                    "(small_corpus below 1M pairs, base above), logged with "
+                    "the reason.")
   flags.DEFINE_string("hparams", "", "Config overrides, e.g. "
                       "'dropout_rate=0.2,warmup_steps=8000'.")
   flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and the run's "
@@ -120,9 +123,10 @@ def define_flags():
 
 def config_from_flags(values=None):
   """The preset with --hparams, --xla_attention, --train_steps and
-  --batch_tokens applied."""
+  --batch_tokens applied; for --config=auto a `config.AutoConfig`, which
+  the run resolves by its training pairs."""
   values = values or flags.FLAGS
-  if values.init_from and not values["config"].present:
+  if values.init_from and values.config == "auto":
     # Fine-tuning: the other run's config, with --hparams on top.
     theirs = run_dir.load_config(run_dir.run_and_checkpoint(
         values.init_from)[0]).flat()
@@ -130,8 +134,14 @@ def config_from_flags(values=None):
         **theirs, **config_lib.parse_overrides(values.hparams),
         "xla_attention": values.xla_attention})
   else:
-    config = config_lib.get_config(values.config, values.hparams,
-                                   xla_attention=values.xla_attention)
+    changes = {"xla_attention": values.xla_attention}
+    if values.train_steps:
+      changes["train_steps"] = values.train_steps
+    if values.batch_tokens:
+      changes["batch_tokens"] = values.batch_tokens
+    if values.config == "auto":  # chosen once the pairs are counted
+      return config_lib.AutoConfig(values.hparams, tuple(changes.items()))
+    return config_lib.get_config(values.config, values.hparams, **changes)
   if values.train_steps:
     config = config.replace(train_steps=values.train_steps)
   if values.batch_tokens:
