@@ -9,7 +9,7 @@ from tf_transformer.serving.export import DTYPES
 JOB_ARGUMENTS = ("work_dir", "export_dir", "data_dir", "config", "hparams",
                  "train_steps", "train_minutes", "vocab_size",
                  "average_checkpoints", "num_examples", "seed",
-                 "numbers_train_size", "export_dtype")
+                 "numbers_train_size", "export_dtype", "mixed_precision")
 
 
 def define_flags():
@@ -38,6 +38,9 @@ def define_flags():
   flags.DEFINE_enum("export_dtype", "float32", list(DTYPES),
                     "The export's weights and matmuls (bin/export.py "
                     "--dtype).")
+  flags.DEFINE_enum("mixed_precision", "", ["", "bfloat16", "float16"],
+                    "Train in mixed precision (bin/train.py "
+                    "--mixed_precision).")
   flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "
                        "the task's 40,000); fewer for a quick try.")
 

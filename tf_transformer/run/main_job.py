@@ -144,7 +144,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
             data_dir=None, config=None, hparams="", train_steps=None,
             train_minutes=None, vocab_size=None, average_checkpoints=5,
             num_examples=8, seed=0, numbers_train_size=None,
-            export_dtype="float32", stop=None,
+            export_dtype="float32", mixed_precision="", stop=None,
             announce: Callable[[str, str], None] = lambda stage, line: None
             ) -> JobResult:
   """Runs every stage; `announce(stage, command)` hears of each before it
@@ -188,12 +188,13 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
       *([f"--train_minutes={minutes:g}"] if minutes else []),
       "--checkpoint_every_secs=0", f"--checkpoint_every_steps={every}",
       f"--eval_every_steps={evaluate_every}",
-      f"--log_every_steps={log_every}"))
+      f"--log_every_steps={log_every}",
+      *([f"--mixed_precision={mixed_precision}"] if mixed_precision else [])))
   training = runner.train(
       train_config, spec, stop=stop, vocab_size=vocab_size, seed=seed,
       train_minutes=minutes, checkpoint_every_secs=0,
       checkpoint_every_steps=every, eval_every_steps=evaluate_every,
-      log_every_steps=log_every)
+      log_every_steps=log_every, mixed_precision=mixed_precision or None)
   if training["stopped_by"]:
     raise JobStopped(runner_lib.describe_training(training)[0])
   times["train"] = time.time() - start
