@@ -119,3 +119,13 @@ def test_auto_config_is_chosen_once_and_kept_on_resume(tmp_path):
   again = Runner(str(tmp_path)).train(
       config_lib.AutoConfig(small, (("train_steps", 2),)), SPEC, **options)
   assert again["step"] == 2
+  # A run begun with a named preset (as bin/train.py's old default, base,
+  # on a small corpus) resumes under auto as that preset, not as the one
+  # auto would choose for its pairs.
+  named = tmp_path / "named"
+  Runner(str(named)).train(get_config("base", small, train_steps=1), SPEC,
+                           **options)
+  resumed = Runner(str(named)).train(
+      config_lib.AutoConfig(small, (("train_steps", 2),)), SPEC, **options)
+  assert resumed["step"] == 2
+  assert run_dir.load_config(str(named)).training.warmup_steps == 4000

@@ -303,6 +303,14 @@ class AutoConfig:
   overrides: str = ""
   changes: tuple = ()  # (field, value) pairs
 
+  def resumed(self, saved):
+    """The config a run saved when it started (`saved`, however it was
+    chosen), with `overrides` and `changes` on top: what a resumed run
+    asks for."""
+    return TransformerConfig.from_flat({
+        **saved.flat(), **parse_overrides(self.overrides),
+        **dict(self.changes)})
+
   def resolve(self, num_pairs):
     """(TransformerConfig, the reason for it, one line)."""
     below, name = next(e for e in AUTO_PRESETS if num_pairs < e[0])

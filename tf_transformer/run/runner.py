@@ -192,8 +192,9 @@ class Runner:
       if chief:
         self._check_same_data(spec, allow_data_change)
       if isinstance(config, config_lib.AutoConfig):
-        # The choice the run started with: the same pairs, the same config.
-        config = config.resolve(self._saved_pairs())[0]
+        # The config the run started with, chosen by auto or named (a run
+        # begun under the old default, --config=base, resumes as base).
+        config = config.resumed(run_dir.load_config(model_dir))
       return self._resumed_config(config, chief, allow_recipe_change,
                                   flags_text)
     if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
@@ -218,16 +219,6 @@ class Runner:
             split_stats["dropped_empty_side"])
     run_dir.save(model_dir, config, spec, flags_text, stats)
     return config, vocabulary
-
-  def _saved_pairs(self):
-    """The training pairs the run's saved statistics count."""
-    path = os.path.join(self.model_dir, STATS_FILE)
-    if not os.path.exists(path):
-      raise ValueError(f"{self.model_dir} has no {STATS_FILE} to choose "
-                       "--config=auto by: resume with the --config it was "
-                       "trained with")
-    with open(path) as f:
-      return json.load(f)["train"]["pairs"]
 
   def _statistics(self, spec, vocabulary, max_length):
     """The corpus statistics, after tokenizing the training pairs into
