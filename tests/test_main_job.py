@@ -149,3 +149,19 @@ def test_main_job_multi30k_names_what_is_missing(tmp_path):
           "train.en.gz or train.en" in result.stderr)
   helped = run_script("main_job.py", "--help")
   assert helped.returncode == 0 and "--data_dir" in helped.stdout
+
+
+def test_a_time_budget_is_checkpointed_by_time():
+  """The averaged checkpoints are the last quarter of a timed run on any
+  host: by seconds, not by a count of steps that is a different share of
+  the run on a slow host and a fast one."""
+  task = main_job.TASKS["multi30k"]
+  # (steps, secs, eval, log) for 20 and 60 minutes, 5 averaged.
+  assert main_job._cadence(task, None, 20, 5) == (0, 60, 500, 100)  # pylint: disable=protected-access
+  assert main_job._cadence(task, None, 60, 5)[:2] == (0, 180)  # pylint: disable=protected-access
+  assert main_job._cadence(task, None, 20, 2)[:2] == (0, 150)  # pylint: disable=protected-access
+  # Steps that bound the run too keep their spacing beside the seconds.
+  assert main_job._cadence(task, 10, 20, 2)[:2] == (1, 150)  # pylint: disable=protected-access
+  # A run bounded by steps alone (the numbers task) goes by steps.
+  assert main_job._cadence(main_job.TASKS["numbers"], 1000, None, 5) == (  # pylint: disable=protected-access
+      100, 0, 333, 100)

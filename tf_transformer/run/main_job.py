@@ -44,8 +44,8 @@ class Task:
 
 TASKS = {
     "numbers": Task("tiny", 1000, 1000, None, None, None, {}),
-    # 20 minutes are ~1,500 steps of 4,096 tokens on 2 cores: a checkpoint
-    # every 100 steps puts the 5 averaged ones in the last 7 minutes.
+    # 20 minutes are 650 to 1,800 steps of 4,096 tokens on 2 cores, by
+    # the host: checkpoints go by time where minutes bound the run (_cadence).
     "multi30k": Task("small_corpus", 8000, None, 20, 100, 500,
                      {"train": "train", "dev": "val",
                       "test": "test_2016_flickr"}),
@@ -127,17 +127,23 @@ def _data(task, task_name, data_dir, work_dir, run_dir, seed,
                    for language in LANGUAGES) for split in ("dev", "test")}
 
 
-def _cadence(task, train_steps, minutes):
-  """(checkpoint_every_steps, eval_every_steps, log_every_steps)."""
+def _cadence(task, train_steps, minutes, average_checkpoints):
+  """(checkpoint_every_steps, checkpoint_every_secs, eval_every_steps,
+  log_every_steps); 0 is never."""
   steps = train_steps or 100_000  # the small_corpus preset's bound
   every = max(1, min(task.checkpoint_every_steps or steps, steps // 10))
+  every_secs = 0
   if minutes:
-    # About 70 steps a minute on 2 cores: 5 steps per budget minute (at
-    # most the task's 100) keeps the averaged checkpoints in the last
-    # quarter of a short run.
-    every = max(1, min(every, round(5 * minutes)))
+    # A time budget is checkpointed by time, so that the averaged
+    # checkpoints are the last quarter of the run on any host: a count of
+    # steps was a different share of the run on each (the last 5 of 100
+    # steps were the last 57% of a 665-step run and 2 points of val BLEU
+    # below its last 3, docs/recipes.md). Steps still count where they bound
+    # the run too.
+    every_secs = max(1, round(minutes * 60 / (4 * average_checkpoints)))
+    every = every if train_steps else 0
   evaluate_every = max(1, min(task.eval_every_steps or steps, steps // 3))
-  return every, evaluate_every, max(1, min(100, steps // 10))
+  return every, every_secs, evaluate_every, max(1, min(100, steps // 10))
 
 
 def run_job(task_name="numbers", work_dir=None, export_dir=None,
@@ -176,7 +182,8 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   times["prepare"] = time.time() - start
 
   start = time.time()
-  every, evaluate_every, log_every = _cadence(task, train_steps, minutes)
+  every, every_secs, evaluate_every, log_every = _cadence(
+      task, train_steps, minutes, average_checkpoints)
   train_config = config_lib.get_config(config_name, hparams)
   if train_steps:
     train_config = train_config.replace(train_steps=train_steps)
@@ -186,14 +193,15 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
       f"--seed={seed}",
       *([f"--train_steps={train_steps}"] if train_steps else []),
       *([f"--train_minutes={minutes:g}"] if minutes else []),
-      "--checkpoint_every_secs=0", f"--checkpoint_every_steps={every}",
+      f"--checkpoint_every_secs={every_secs}",
+      *([f"--checkpoint_every_steps={every}"] if every else []),
       f"--eval_every_steps={evaluate_every}",
       f"--log_every_steps={log_every}",
       *([f"--mixed_precision={mixed_precision}"] if mixed_precision else [])))
   training = runner.train(
       train_config, spec, stop=stop, vocab_size=vocab_size, seed=seed,
-      train_minutes=minutes, checkpoint_every_secs=0,
-      checkpoint_every_steps=every, eval_every_steps=evaluate_every,
+      train_minutes=minutes, checkpoint_every_secs=every_secs,
+      checkpoint_every_steps=every or None, eval_every_steps=evaluate_every,
       log_every_steps=log_every, mixed_precision=mixed_precision or None)
   if training["stopped_by"]:
     raise JobStopped(runner_lib.describe_training(training)[0])
