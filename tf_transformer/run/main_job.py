@@ -137,7 +137,7 @@ def _cadence(task, train_steps, minutes, average_checkpoints):
     # A time budget is checkpointed by time, so that the averaged
     # checkpoints are the last quarter of the run on any host: a count of
     # steps was a different share of the run on each (the last 5 of 100
-    # steps were the last 57% of a 665-step run and 2 points of val BLEU
+    # steps were the last 55% of a 665-step run and 2 points of val BLEU
     # below its last 3, docs/recipes.md). Steps still count where they bound
     # the run too.
     every_secs = max(1, round(minutes * 60 / (4 * average_checkpoints)))
