@@ -186,11 +186,9 @@ class TranslationModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
   def translate_with_prefix(self, text, prefix):
-    text, prefix = _checked(text), _checked(prefix)
-    tf.debugging.assert_equal(
-        tf.size(text), tf.size(prefix),
-        message="translate_with_prefix: text and prefix must hold as many "
-        "strings")
+    text, prefix = _same_size(
+        _checked(text), _checked(prefix),
+        "translate_with_prefix: text and prefix must hold as many strings")
 
     def search():
       forced = prefix_lib.from_ragged(sequences.subwords(
@@ -204,10 +202,9 @@ class TranslationModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
   def score(self, source, target):
-    source, target = _checked(source), _checked(target)
-    tf.debugging.assert_equal(
-        tf.size(source), tf.size(target),
-        message="score: source and target must hold as many strings")
+    source, target = _same_size(
+        _checked(source), _checked(target),
+        "score: source and target must hold as many strings")
     empty = {"log_prob": tf.zeros([0]), "token_log_probs": tf.zeros([0, 0]),
              "lengths": tf.zeros([0], tf.int32)}
     return self._if_not_empty(source, lambda: scoring.score_texts(
@@ -238,6 +235,16 @@ def _checked(tensor):
   """`tensor`, after a run-time check that it has its declared shape (an
   EnsureShape op, which graph optimization keeps, unlike a rank test)."""
   return tf.ensure_shape(tensor, tensor.shape)
+
+
+def _same_size(a, b, message):
+  """`a` and `b` once an Assert has found them of one size: their uses wait
+  for it, so a mismatched request fails with `message`. (A bare Assert in a
+  tf.function runs beside the search, whose own shape error could come
+  first.)"""
+  check = tf.debugging.assert_equal(tf.size(a), tf.size(b), message=message)
+  with tf.control_dependencies([check]):
+    return tf.identity(a), tf.identity(b)
 
 
 def _trim_padding(ids):
