@@ -94,5 +94,4 @@ def test_beams_share_the_memory_keys_once_per_sentence(model):
   cache = model.initial_cache(memory, STEPS, group_size=4)
   layer = cache["layer_0"]
   assert layer["memory_key"].shape[0] == SOURCE.shape[0]
-  assert cache["ancestors"].shape == (SOURCE.shape[0] * 4,
-                                      2 * BLOCK_LENGTH)
+  assert cache["ancestors"].shape == (SOURCE.shape[0], 4, 2 * BLOCK_LENGTH)

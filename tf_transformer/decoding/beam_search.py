@@ -58,17 +58,20 @@ def top_k(x, k, block=64):
   n = x.shape[-1]
   if n is None or n < 4 * k * block:
     return tf.math.top_k(x, k=k)
-  rows = tf.shape(x)[0]
   if n % block:
     x = tf.pad(x, [[0, 0], [0, block - n % block]],
                constant_values=float("-inf"))
-  blocks = tf.reshape(x, [rows, -1, block])
+  # Static sizes but the rows: no shape kernel at every step.
+  blocks = tf.reshape(x, [-1, (n + block - 1) // block, block])
   _, best_blocks = tf.math.top_k(tf.reduce_max(blocks, -1), k=k)
   candidates = tf.reshape(tf.gather(blocks, best_blocks, batch_dims=1),
-                          [rows, k * block])
+                          [-1, k * block])
   values, where = tf.math.top_k(candidates, k=k)
-  ids = (tf.gather(best_blocks, where // block, batch_dims=1) * block
-         + where % block)
+  # The columns of the best blocks, read from a table of column ids: two
+  # gathers, where arithmetic on block and offset took five kernels.
+  columns = tf.reshape(tf.range(blocks.shape[1] * block), [-1, block])
+  ids = tf.gather(tf.reshape(tf.gather(columns, best_blocks), [-1, k * block]),
+                  where, batch_dims=1)
   return values, ids
 
 
@@ -91,47 +94,46 @@ def tile_beams(x, beam_size):
 class _Search(typing.NamedTuple):
   """The loop state of the sentences still searching: [batch, beam, ...]
   hypotheses, except `last_tokens` [batch * beam, 1], `finished_count`,
-  `done` and `limits` [batch], and the decoder's cache."""
+  `done`, `limits` and `limit_penalties` [batch], and the decoder's
+  cache. A finished slot holds a hypothesis when its score is above
+  NEG_INF / 2 (the empty ones score NEG_INF, and sort last)."""
   alive_seq: tf.Tensor
   alive_log_probs: tf.Tensor
   finished_seq: tf.Tensor
   finished_scores: tf.Tensor
-  finished_flags: tf.Tensor
   finished_count: tf.Tensor  # hypotheses finished among the top k
   done: tf.Tensor  # the search of this sentence is over
   last_tokens: tf.Tensor
   limits: tf.Tensor
+  limit_penalties: tf.Tensor  # lp(limit), the largest a sentence can get
   cache: dict
 
 
-def final_hypotheses(state, alpha):
+def final_hypotheses(state):
   """(ids [batch, beam, length], scores [batch, beam]) of a search's state:
   the finished hypotheses, or for a sentence with none (the search hit its
   limit) the live ones, scored at their limit."""
-  any_finished = tf.reduce_any(state.finished_flags, axis=1)
+  any_finished = state.finished_scores[:, 0] > NEG_INF / 2
   ids = tf.where(any_finished[:, tf.newaxis, tf.newaxis], state.finished_seq,
                  state.alive_seq)
   scores = tf.where(any_finished[:, tf.newaxis], state.finished_scores,
                     state.alive_log_probs
-                    / length_penalty(state.limits, alpha)[:, None])
+                    / state.limit_penalties[:, tf.newaxis])
   return ids, scores
 
 
-def _done(length, state, alpha, beam_size):
+def _done(state, penalty, beam_size):
   """[batch] bool: the sentences whose search is over (the module
-  docstring's three rules)."""
-  limits = state.limits
-  best_possible = state.alive_log_probs[:, 0] / length_penalty(limits, alpha)
-  worst_finished = tf.reduce_min(
-      tf.where(state.finished_flags, state.finished_scores, -NEG_INF), axis=1)
-  worst_finished = tf.where(tf.reduce_all(state.finished_flags, axis=1),
-                            worst_finished, NEG_INF)
-  some_alive = state.alive_log_probs[:, 0] > NEG_INF / 2
-  best_now = state.alive_log_probs[:, 0] / length_penalty(length, alpha)
+  docstring's three rules; `penalty` lp of this step's length). At its
+  limit every candidate ends, so no live hypothesis is left."""
+  best_alive = state.alive_log_probs[:, 0]
+  # The worst of k finished (NEG_INF while fewer than k are: slots sort
+  # best first) against the best a live one could still reach.
+  hopeless = state.finished_scores[:, -1] >= (best_alive
+                                              / state.limit_penalties)
   enough = ((state.finished_count >= beam_size)
-            & (state.finished_scores[:, 0] >= best_now))
-  return (enough | (worst_finished >= best_possible) | ~some_alive
-          | (length >= limits))
+            & (state.finished_scores[:, 0] >= best_alive / penalty))
+  return enough | hopeless | (best_alive <= NEG_INF / 2)
 
 
 class _Candidates(typing.NamedTuple):
@@ -155,7 +157,6 @@ def _grow_alive(logits, state, step, k, positions):
   special_ids.NEVER_OUTPUT are never candidates: the best 2k others are
   among a row's best 2k + 2 (their probability still counts in the
   normalization, as in greedy decoding)."""
-  batch = tf.shape(state.alive_seq)[0]
   per_row = min(2 * k + len(NEVER_OUTPUT), logits.shape[-1])
   row_logits, row_ids = top_k(logits, per_row)
   row_max = row_logits[:, :1]
@@ -163,16 +164,20 @@ def _grow_alive(logits, state, step, k, positions):
       tf.reduce_sum(tf.exp(logits - row_max), -1, keepdims=True))
   never = tf.reduce_any(row_ids[..., tf.newaxis] == NEVER_OUTPUT, -1)
   row_log_probs = tf.where(never, NEG_INF, row_logits - log_normalizer)
-  candidates = (tf.reshape(row_log_probs, [batch, k, per_row])
-                + state.alive_log_probs[:, :, tf.newaxis])
+  candidates = (tf.reshape(row_log_probs, [-1, k, per_row])
+                + tf.expand_dims(state.alive_log_probs, 2))
   log_probs, indices = tf.math.top_k(
-      tf.reshape(candidates, [batch, k * per_row]), k=2 * k)
+      tf.reshape(candidates, [-1, k * per_row]), k=2 * k)
+  # A sentence whose search is over grows nothing: its finished hypotheses
+  # stay as they are (whenever it leaves the batch, or if it never does,
+  # under XLA).
+  log_probs = tf.where(tf.expand_dims(state.done, 1), NEG_INF, log_probs)
   beams = indices // per_row
-  ids = tf.gather(tf.reshape(row_ids, [batch, k * per_row]), indices,
+  ids = tf.gather(tf.reshape(row_ids, [-1, k * per_row]), indices,
                   batch_dims=1)
-  seq = tf.where(positions == step, ids[:, :, tf.newaxis],
+  seq = tf.where(positions == step, tf.expand_dims(ids, 2),
                  tf.gather(state.alive_seq, beams, batch_dims=1))
-  ends = tf.equal(ids, EOS_ID) | (step + 1 >= state.limits)[:, tf.newaxis]
+  ends = tf.equal(ids, EOS_ID) | tf.expand_dims(step + 1 >= state.limits, 1)
   return _Candidates(log_probs, beams, ids, seq, ends,
                      log_probs > NEG_INF / 2)
 
@@ -180,8 +185,8 @@ def _grow_alive(logits, state, step, k, positions):
 def _new_alive(candidates, k):
   """(seq, log_probs, slots of origin [batch, k], tokens [batch * k, 1]):
   the best k candidates that do not end here."""
-  scores = tf.where(candidates.ends | ~candidates.valid, NEG_INF,
-                    candidates.log_probs)
+  # (A dead candidate, not valid, scores NEG_INF or about it already.)
+  scores = tf.where(candidates.ends, NEG_INF, candidates.log_probs)
   scores, kept = tf.math.top_k(scores, k=k)
   tokens = tf.gather(candidates.ids, kept, batch_dims=1)
   return (tf.gather(candidates.seq, kept, batch_dims=1), scores,
@@ -189,28 +194,21 @@ def _new_alive(candidates, k):
           tf.reshape(tokens, [-1, 1]))
 
 
-def _new_finished(state, candidates, length, alpha, k):
-  """(seq, scores, flags, count): the ending candidates merged with the
-  hypotheses finished before, the best k kept; a sentence already done
-  keeps its results as they were (whenever it leaves the batch, or if it
-  never does, under XLA). `count` adds the hypotheses that finished among
-  the k best candidates (the first rule that ends a search)."""
+def _new_finished(state, candidates, penalty, k):
+  """(seq, scores, count): the ending candidates (scored under `penalty`,
+  lp of their length) merged with the hypotheses finished before, the best
+  k kept (on ties the earlier: a done sentence, which has no candidates,
+  keeps its own). `count` adds the hypotheses that finished among the k
+  best candidates (the first rule that ends a search)."""
   finishing = candidates.ends & candidates.valid
-  new_scores = tf.where(
-      finishing, candidates.log_probs / length_penalty(length, alpha),
-      NEG_INF)
+  new_scores = tf.where(finishing, candidates.log_probs / penalty, NEG_INF)
   scores, keep = tf.math.top_k(
       tf.concat([state.finished_scores, new_scores], axis=1), k=k)
   seq = tf.gather(tf.concat([state.finished_seq, candidates.seq], axis=1),
                   keep, batch_dims=1)
-  flags = tf.gather(tf.concat([state.finished_flags, finishing], axis=1),
-                    keep, batch_dims=1)
-  frozen = state.done[:, tf.newaxis]
   count = state.finished_count + tf.reduce_sum(
       tf.cast(finishing[:, :k], tf.int32), 1)
-  return (tf.where(frozen[:, :, tf.newaxis], state.finished_seq, seq),
-          tf.where(frozen, state.finished_scores, scores),
-          tf.where(frozen, state.finished_flags, flags), count)
+  return seq, scores, count
 
 
 # The state's entries with one row per sentence (all but the hypotheses'
@@ -219,11 +217,11 @@ _PER_SENTENCE = tuple(name for name in _Search._fields
                       if name not in ("last_tokens", "cache"))
 
 
-def _retire(state, output, done, alpha, k, select_cache):
+def _retire(state, output, done, k, select_cache):
   """Writes the done sentences' results to `output` (sentence positions,
   ids, scores) and drops them from the state."""
   sentences, out_ids, out_scores = output
-  ids, scores = final_hypotheses(state, alpha)
+  ids, scores = final_hypotheses(state)
   where = tf.boolean_mask(sentences, done)[:, tf.newaxis]
   out_ids = tf.tensor_scatter_nd_update(out_ids, where,
                                         tf.boolean_mask(ids, done))
@@ -262,6 +260,8 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
   scores."""
   k = beam_size
   positions = tf.range(max_length)[tf.newaxis, tf.newaxis, :]
+  limits = tf.minimum(tf.cast(limits, tf.int32), max_length)
+  penalties = length_penalty(tf.range(max_length + 1), alpha)  # by length
   compact = select_cache is not None
 
   def step_fn(step, state, output):
@@ -272,24 +272,25 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
                              positions)
     alive_seq, alive_log_probs, parents, last_tokens = _new_alive(
         candidates, k)
-    length = step + 1
-    finished_seq, finished_scores, finished_flags, finished_count = (
-        _new_finished(state, candidates, length, alpha, k))
+    penalty = penalties[step + 1]  # lp of the candidates' length
+    finished_seq, finished_scores, finished_count = _new_finished(
+        state, candidates, penalty, k)
     state = state._replace(
         alive_seq=alive_seq, alive_log_probs=alive_log_probs,
         finished_seq=finished_seq, finished_scores=finished_scores,
-        finished_flags=finished_flags, finished_count=finished_count,
+        finished_count=finished_count,
         last_tokens=last_tokens, cache=reorder_cache(cache, parents))
-    done = state.done | _done(length, state, alpha, k)
+    done = state.done | _done(state, penalty, k)
     state = state._replace(done=done)
     if compact:
       # Leaving copies the cache: wait until it pays, i.e. until a
       # quarter of the batch is done (measured: 8% faster than at once).
-      leave = (tf.reduce_sum(tf.cast(done, tf.int32)) * RETIRE_FRACTION
-               >= tf.shape(done)[0]) | tf.reduce_all(done)
+      # (All done is a quarter too.)
+      leave = (tf.reduce_mean(tf.cast(done, tf.float32))
+               >= 1 / RETIRE_FRACTION)
       state, output = tf.cond(
           leave,
-          lambda: _retire(state, output, done, alpha, k, select_cache),
+          lambda: _retire(state, output, done, k, select_cache),
           lambda: (state, output))
     return step + 1, state, output
 
@@ -306,11 +307,11 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
                               [batch_size, 1]),
       finished_seq=tf.fill([batch_size, k, max_length], PAD_ID),
       finished_scores=tf.fill([batch_size, k], NEG_INF),
-      finished_flags=tf.zeros([batch_size, k], tf.bool),
       finished_count=tf.zeros([batch_size], tf.int32),
       done=tf.zeros([batch_size], tf.bool),
       last_tokens=tf.fill([batch_size * k, 1], BOS_ID),
-      limits=tf.minimum(tf.cast(limits, tf.int32), max_length),
+      limits=limits,
+      limit_penalties=tf.gather(penalties, limits),
       cache=initial_cache)
   output = (tf.range(batch_size), tf.fill([batch_size, k, max_length], PAD_ID),
             tf.fill([batch_size, k], NEG_INF))
@@ -327,7 +328,7 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
                          output[2].shape)),
       maximum_iterations=max_length)
   sentences, out_ids, out_scores = output
-  ids, scores = final_hypotheses(state, alpha)
+  ids, scores = final_hypotheses(state)
   where = sentences[:, tf.newaxis]
   return (tf.tensor_scatter_nd_update(out_ids, where, ids),
           tf.tensor_scatter_nd_update(out_scores, where, scores))

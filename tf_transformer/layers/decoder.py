@@ -144,7 +144,7 @@ class Decoder(_TransformerStack):
     cache = {f"layer_{i}": layer.initial_cache(memory, max_length, group_size)
              for i, layer in enumerate(self.decoder_layers)}
     cache["ancestors"] = decoding_cache.initial_ancestors(
-        tf.shape(memory)[0] * group_size, max_length)
+        tf.shape(memory)[0], group_size, max_length)
     return cache
 
   @staticmethod
@@ -159,17 +159,13 @@ class Decoder(_TransformerStack):
     """The cache of the sentences at positions `sentences` [n] only (a
     search drops the sentences it is done with). Copies their keys and
     values."""
-    group_size = decoding_cache.group_size(cache["layer_0"])
-    return {name: (decoding_cache.select_ancestors(value, sentences,
-                                                   group_size)
-                   if name == "ancestors"
+    return {name: (tf.gather(value, sentences) if name == "ancestors"
                    else decoding_cache.select(value, sentences))
             for name, value in cache.items()}
 
   @staticmethod
   def sentence_axes(cache):
-    """The cache's structure with each entry's sentence axis (rows of
-    sentence-major hypotheses count as the sentence axis)."""
+    """The cache's structure with each entry's sentence axis."""
     return {name: 0 if name == "ancestors"
             else dict(decoding_cache.SENTENCE_AXES)
             for name in cache}
@@ -203,8 +199,7 @@ class Decoder(_TransformerStack):
     group_size = decoding_cache.group_size(cache["layer_0"])
     rows, _, d_model = shapes.dims(x)
     x = tf.reshape(x, [rows // group_size, group_size, d_model])
-    ancestors = decoding_cache.mark_step(cache["ancestors"], step,
-                                         group_size)
+    ancestors = decoding_cache.mark_step(cache["ancestors"], step)
     selection = decoding_cache.selection(ancestors, step, group_size)
     cross_attention_mask = (None if memory_padding_mask is None
                             else masks.key_padding_mask(memory_padding_mask))

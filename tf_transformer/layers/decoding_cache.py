@@ -15,9 +15,10 @@ r holding slot r % group_size of sentence r // group_size. Per decoder layer:
 
 and for the whole decoder
 
-  ancestors      [batch * group_size, num_blocks * BLOCK_LENGTH] int32: for
-                 each row, the slot each of its earlier positions was
-                 computed in.
+  ancestors      [batch, group_size, num_blocks * BLOCK_LENGTH] int32: for
+                 each hypothesis, the slot each of its earlier positions
+                 was computed in; -1 (no slot) at the positions not decoded
+                 yet, so that they select no key.
 
 Three choices keep a step's cost from growing with copies:
 - Indirection: a beam search that moves hypotheses between slots gathers
@@ -84,8 +85,10 @@ def buffer(batch, heads, max_length, group_size, depth, dtype):
                  BLOCK_LENGTH * group_size, depth], dtype)
 
 
-def initial_ancestors(rows, max_length):
-  return _zeros([rows, _num_blocks(max_length) * BLOCK_LENGTH], tf.int32)
+def initial_ancestors(batch, group_size, max_length):
+  """No slot (-1) at every position; never written in place."""
+  return tf.fill([batch, group_size, _num_blocks(max_length) * BLOCK_LENGTH],
+                 -1)
 
 
 def group_size(layer_cache):
@@ -93,19 +96,19 @@ def group_size(layer_cache):
   return layer_cache["key"].shape[3] // BLOCK_LENGTH
 
 
-def mark_step(ancestors, step, group_size):
-  """Records that each row computes position `step` in its own slot."""
-  slots = tf.range(tf.shape(ancestors)[0]) % group_size
-  here = tf.range(tf.shape(ancestors)[1]) == step
-  return tf.where(here[tf.newaxis, :], slots[:, tf.newaxis], ancestors)
+def mark_step(ancestors, step):
+  """Records that each hypothesis computes position `step` in its own
+  slot."""
+  _, group, length = dims(ancestors)
+  here = tf.range(length) == step
+  # (expand_dims, not [tf.newaxis] slices: no kernel of its own)
+  return tf.where(here, tf.expand_dims(tf.range(group), 1), ancestors)
 
 
 def reorder(ancestors, parents):
-  """After a beam search step: row (b, j) continues the hypothesis that was
+  """After a beam search step: hypothesis (b, j) continues the one that was
   in slot `parents[b, j]` ([batch, group] int)."""
-  batch, group = tf.shape(parents)[0], tf.shape(parents)[1]
-  rows = tf.reshape(parents + group * tf.range(batch)[:, tf.newaxis], [-1])
-  return tf.gather(ancestors, rows)
+  return tf.gather(ancestors, parents, batch_dims=1)
 
 
 def selection(ancestors, step, group_size):
@@ -115,48 +118,36 @@ def selection(ancestors, step, group_size):
   the row holds the query's ancestor at that position (its slot) and the
   position is at most `step`. Computed once per step and shared by every
   layer; outside XLA only the blocks filled so far."""
-  num_blocks, batch, slots = _filled_slots(ancestors, step, group_size)
+  num_blocks, batch, slots = _filled_slots(ancestors, step)
   return tf.reshape(tf.one_hot(slots, group_size, True, False),
                     [batch, 1, group_size,
                      num_blocks * BLOCK_LENGTH * group_size])
 
 
-def _filled_slots(ancestors, step, group_size):
+def _filled_slots(ancestors, step):
   """(blocks read, batch, slots [batch, group, blocks * BLOCK_LENGTH]): the
-  slot of each query row's ancestor at each position read, -1 (one_hot of
+  slot of each hypothesis' ancestor at each position read, -1 (one_hot of
   no slot) after `step`; outside XLA only the blocks filled so far."""
-  rows, length = dims(ancestors)
+  batch, _, length = dims(ancestors)
   if in_xla():
-    num_blocks = length // BLOCK_LENGTH
-  else:
-    num_blocks = step // BLOCK_LENGTH + 1
-    ancestors = ancestors[:, :num_blocks * BLOCK_LENGTH]
-  batch = rows // group_size
-  filled = tf.range(num_blocks * BLOCK_LENGTH) <= step
-  slots = tf.reshape(tf.where(filled, ancestors, -1),
-                     [batch, group_size, num_blocks * BLOCK_LENGTH])
-  return num_blocks, batch, slots
+    return length // BLOCK_LENGTH, batch, ancestors
+  num_blocks = step // BLOCK_LENGTH + 1
+  return num_blocks, batch, ancestors[:, :, :num_blocks * BLOCK_LENGTH]
 
 
 def _rows_at_step(batch, heads, step):
   """The rows of a buffer's [num_blocks * batch * heads * BLOCK_LENGTH,
-  group * depth] view that hold position `step`."""
-  first = (step // BLOCK_LENGTH * batch * heads * BLOCK_LENGTH
-           + step % BLOCK_LENGTH)
-  return first + tf.range(batch * heads) * BLOCK_LENGTH
+  group * depth] view that hold position `step`: one in every
+  BLOCK_LENGTH of its block's."""
+  block_rows = batch * (heads * BLOCK_LENGTH)
+  first = step // BLOCK_LENGTH * block_rows + step % BLOCK_LENGTH
+  return tf.range(first, first + block_rows, BLOCK_LENGTH)
 
 
 def select(layer_cache, sentences):
   """One layer's cache for the sentences at positions `sentences` [n]."""
   return {name: tf.gather(value, sentences, axis=SENTENCE_AXES[name])
           for name, value in layer_cache.items()}
-
-
-def select_ancestors(ancestors, sentences, group_size):
-  """`ancestors` of the rows of the sentences at positions `sentences`."""
-  rows = (sentences[:, tf.newaxis] * group_size
-          + tf.range(group_size)[tf.newaxis, :])
-  return tf.gather(ancestors, tf.reshape(rows, [-1]))
 
 
 # The sentence axis of each entry of a layer's cache.
@@ -225,6 +216,7 @@ class StepPlan(typing.NamedTuple):
   num_blocks: typing.Any  # the blocks read: those filled so far (all under XLA)
   selection: tf.Tensor  # bool [num_blocks, batch, 1, group, BLOCK_LENGTH * group]
   rows: tf.Tensor  # rows of a buffer's flat view that position `step` fills
+  # (None under XLA)
   step: tf.Tensor
 
 
@@ -233,14 +225,14 @@ def plan_step(ancestors, step, group_size, heads):
   selection of `selection`, laid out blocks first as `attend_blocks` reads
   the scores, and the rows `write_planned` writes in a buffer of `heads`
   heads."""
-  num_blocks, batch, slots = _filled_slots(ancestors, step, group_size)
-  slots = tf.reshape(slots, [batch, group_size, num_blocks, BLOCK_LENGTH])
-  select = tf.transpose(tf.one_hot(slots, group_size, True, False),
-                        [2, 0, 1, 3, 4])
-  select = tf.reshape(select, [num_blocks, batch, 1, group_size,
-                               BLOCK_LENGTH * group_size])
-  return StepPlan(num_blocks, select, _rows_at_step(batch, heads, step),
-                  step)
+  num_blocks, batch, slots = _filled_slots(ancestors, step)
+  select = tf.reshape(tf.one_hot(slots, group_size, True, False),
+                      [batch, group_size, num_blocks,
+                       BLOCK_LENGTH * group_size])
+  select = tf.expand_dims(tf.transpose(select, [2, 0, 1, 3]), 2)
+  # (Under XLA the write is a scatter, and a range must have static ends.)
+  rows = None if in_xla() else _rows_at_step(batch, heads, step)
+  return StepPlan(num_blocks, select, rows, step)
 
 
 def write_planned(cache_buffer, new, plan):
@@ -262,7 +254,7 @@ def attend_blocks(query, key, value, plan):
   attention; `attend` also returns the weights per position)."""
   if not in_xla():
     key, value = key[:plan.num_blocks], value[:plan.num_blocks]
-  scores = tf.matmul(query[tf.newaxis], key, transpose_b=True)
+  scores = tf.matmul(tf.expand_dims(query, 0), key, transpose_b=True)
   scores = tf.cast(tf.where(plan.selection, scores, scores.dtype.min),
                    tf.float32)
   weights = tf.exp(scores - tf.reduce_max(scores, [0, 4], keepdims=True))

@@ -250,9 +250,10 @@ def decoder_step(weights, shape, ids, step, cache, source_mask):
 
 def _decoder_step(weights, shape, ids, step, cache, source_mask):
   group = decoding_cache.group_size(cache["layer_0"])
-  x = (tf.gather(weights.embeddings, ids[:, 0])
-       + tf.gather(weights.positions, step)[tf.newaxis])
-  ancestors = decoding_cache.mark_step(cache["ancestors"], step, group)
+  # (Reshapes and broadcasting, not slices: no kernel of their own.)
+  x = (tf.gather(weights.embeddings, tf.reshape(ids, [-1]))
+       + tf.gather(weights.positions, step))
+  ancestors = decoding_cache.mark_step(cache["ancestors"], step)
   plan = decoding_cache.plan_step(ancestors, step, group, shape.num_heads)
   memory_mask = masks.key_padding_mask(source_mask)
   new_cache = {"ancestors": ancestors}

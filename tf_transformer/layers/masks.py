@@ -18,7 +18,7 @@ def padding_mask(ids, pad_id=PAD_ID):
 def key_padding_mask(key_mask):
   """[batch, key_length] -> [batch, 1, 1, key_length]: every query may attend
   to each real key (encoder self-attention, encoder-decoder attention)."""
-  return key_mask[:, tf.newaxis, tf.newaxis, :]
+  return tf.expand_dims(tf.expand_dims(key_mask, 1), 1)
 
 
 def causal_mask(length):
