@@ -121,7 +121,8 @@ def test_no_variable_is_read_inside_the_search_loop():
   ops = [node.op for node in body.node_def]
   assert "ReadVariableOp" not in ops
   layers = len(model.decoder.decoder_layers)
-  # Per layer: QKV, self W^O, cross W^Q, cross W^O, W_1, W_2.
-  assert ops.count("BiasAdd") == 6 * layers
+  # Per layer: QKV, self W^O, cross W^Q, cross W^O, W_1, W_2; and the
+  # output projection, whose bias is the last LayerNorm's beta (folded).
+  assert ops.count("BiasAdd") == 6 * layers + 1
   # Per layer: two per attention (scores, weighted values).
   assert ops.count("BatchMatMulV2") == 4 * layers

@@ -17,11 +17,15 @@ computes, from the same weights, with fewer kernels:
   stored copy), not variables read at every step, and the positional
   encodings a table read by row;
 - activations stay [rows, d_model] from layer to layer, with no reshape
-  between the sub-layers.
+  between the sub-layers;
+- layer normalization (Ba et al., 2016: gamma * (x - mean) / sqrt(variance
+  + epsilon) + beta, in float32) leaves its beta to the affine maps that
+  follow it: a matmul's input x + beta is x W + (beta W + b), and in a
+  post-norm stack the residual x + beta is added by the next sub-layer's
+  output bias. `prepare` folds each beta into those biases once, which
+  saves two kernels a normalization.
 
-Layer normalization is written as Keras 3 writes it (`keras.ops.
-layer_normalization`: float32 moments, x * inv + (beta - mean * inv)), so
-the step equals the Keras layers' step to rounding. The Keras layers stay
+The step equals the Keras layers' step to rounding. The Keras layers stay
 the path for training, teacher forcing and attention weights;
 tests/test_fused_step.py checks that both give the same logits.
 """
@@ -36,28 +40,24 @@ from tf_transformer.layers import masks
 from tf_transformer.layers.embedding import sinusoid_table
 
 
-class Norm(typing.NamedTuple):
-  gamma: tf.Tensor
-  beta: tf.Tensor
-
-
 class LayerWeights(typing.NamedTuple):
-  """One decoder layer's weights as the step multiplies by them."""
+  """One decoder layer's weights as the step multiplies by them (the
+  biases with the betas of the normalizations before them folded in)."""
   qkv_kernel: tf.Tensor  # [d_model, heads * (2 d_k + d_v)], W^Q scaled
   qkv_bias: tf.Tensor
   self_output_kernel: tf.Tensor  # W^O of the self-attention
   self_output_bias: tf.Tensor
-  self_norm: Norm
+  self_gamma: tf.Tensor  # the gain of the sub-layer's LayerNorm
   cross_query_kernel: tf.Tensor  # W^Q of the encoder-decoder attention, scaled
   cross_query_bias: tf.Tensor
   cross_output_kernel: tf.Tensor
   cross_output_bias: tf.Tensor
-  cross_norm: Norm
+  cross_gamma: tf.Tensor
   inner_kernel: tf.Tensor  # W_1, b_1 of eq. 2
   inner_bias: tf.Tensor
   outer_kernel: tf.Tensor  # W_2, b_2
   outer_bias: tf.Tensor
-  feed_forward_norm: Norm
+  feed_forward_gamma: tf.Tensor
 
 
 class StepWeights(typing.NamedTuple):
@@ -66,38 +66,69 @@ class StepWeights(typing.NamedTuple):
   embeddings: tf.Tensor  # target embeddings times sqrt(d_model) (3.4)
   positions: tf.Tensor  # [max_positions, d_model] (3.5)
   layers: tuple
-  final_norm: typing.Optional[Norm]  # pre-norm stacks only
+  final_gamma: typing.Optional[tf.Tensor]  # pre-norm stacks only
   output_kernel: tf.Tensor  # [d_model, vocab]: the pre-softmax transform
+  output_bias: tf.Tensor  # [vocab]: the last normalization's beta, folded
 
 
-def _norm(layer_norm):
-  return Norm(tf.convert_to_tensor(layer_norm.gamma),
-              tf.convert_to_tensor(layer_norm.beta))
+class _Affine(typing.NamedTuple):
+  """x W + b in float32, the betas folded in before the cast to the
+  compute dtype."""
+  kernel: tf.Tensor
+  bias: tf.Tensor
+
+  def fold(self, beta):
+    """The map of x whose input was x + beta: b += beta W."""
+    return self._replace(
+        bias=self.bias + tf.linalg.matvec(self.kernel, beta, transpose_a=True))
+
+  def add(self, beta):
+    """The map plus beta: b += beta (a post-norm residual's beta)."""
+    return self._replace(bias=self.bias + beta)
+
+  def cast(self, dtype):
+    return tf.cast(self.kernel, dtype), tf.cast(self.bias, dtype)
 
 
-def _dense(dense, scale=1.0):
-  dtype = dense.compute_dtype
-  kernel = tf.cast(dense.kernel, dtype)
-  bias = tf.cast(dense.bias, dtype)
-  if scale != 1.0:
-    kernel, bias = kernel * tf.cast(scale, dtype), bias * tf.cast(scale, dtype)
-  return kernel, bias
+def _f32(x):
+  return tf.cast(x, tf.float32)
 
 
-def _layer_weights(layer):
-  attention, cross = layer.self_attention, layer.cross_attention
+def _affine(dense, scale=1.0):
+  return _Affine(_f32(dense.kernel) * scale, _f32(dense.bias) * scale)
+
+
+def _layer_weights(layer, beta_in, post_norm):
+  """(`LayerWeights`, beta_out): `beta_in` the beta the layer's input
+  lacks (post-norm: the previous layer's last; zeros for the embeddings);
+  beta_out the one its output lacks (post-norm), else zeros."""
+  attention, cross, ff = (layer.self_attention, layer.cross_attention,
+                          layer.feed_forward)
+  dtype = attention.compute_dtype
+  norms = [residual.layer_norm for residual in (
+      layer.self_attention_residual, layer.cross_attention_residual,
+      layer.feed_forward_residual)]
+  betas = [_f32(norm.beta) for norm in norms]
+  # Each sub-layer's input lacks the beta before it: post-norm, the
+  # previous sub-layer's, which its residual lacks too; pre-norm, its own.
+  inputs = [beta_in] + betas[:2] if post_norm else betas
+  residuals = inputs if post_norm else [tf.zeros_like(b) for b in betas]
   scale = 1.0 / math.sqrt(attention.d_k)
-  q, k, v = (_dense(attention.query_dense, scale),
-             _dense(attention.key_dense), _dense(attention.value_dense))
-  return LayerWeights(
-      tf.concat([q[0], k[0], v[0]], axis=1), tf.concat([q[1], k[1], v[1]], 0),
-      *_dense(attention.output_dense),
-      _norm(layer.self_attention_residual.layer_norm),
-      *_dense(cross.query_dense, 1.0 / math.sqrt(cross.d_k)),
-      *_dense(cross.output_dense),
-      _norm(layer.cross_attention_residual.layer_norm),
-      *_dense(layer.feed_forward.inner), *_dense(layer.feed_forward.outer),
-      _norm(layer.feed_forward_residual.layer_norm))
+  qkv = _Affine(*[tf.concat(parts, axis=-1) for parts in zip(
+      _affine(attention.query_dense, scale), _affine(attention.key_dense),
+      _affine(attention.value_dense))])
+  weights = LayerWeights(
+      *qkv.fold(inputs[0]).cast(dtype),
+      *_affine(attention.output_dense).add(residuals[0]).cast(dtype),
+      tf.convert_to_tensor(norms[0].gamma),
+      *_affine(cross.query_dense, 1.0 / math.sqrt(cross.d_k)).fold(
+          inputs[1]).cast(dtype),
+      *_affine(cross.output_dense).add(residuals[1]).cast(dtype),
+      tf.convert_to_tensor(norms[1].gamma),
+      *_affine(ff.inner).fold(inputs[2]).cast(dtype),
+      *_affine(ff.outer).add(residuals[2]).cast(dtype),
+      tf.convert_to_tensor(norms[2].gamma))
+  return weights, betas[2] if post_norm else tf.zeros_like(betas[2])
 
 
 def prepare(model, max_positions):
@@ -115,11 +146,21 @@ def prepare(model, max_positions):
     position_table = sinusoid_table(tf.range(max_positions),
                                     embedding.d_model, dtype)
   decoder = model.decoder
-  return StepWeights(
-      table, position_table,
-      tuple(_layer_weights(layer) for layer in decoder.decoder_layers),
-      None if decoder.final_norm is None else _norm(decoder.final_norm),
-      tf.cast(model.output_embedding.transposed(), dtype))
+  post_norm = decoder.decoder_layers[0].arguments["norm_position"] != "pre"
+  beta = tf.zeros([embedding.d_model])
+  layers = []
+  for layer in decoder.decoder_layers:
+    weights, beta = _layer_weights(layer, beta, post_norm)
+    layers.append(weights)
+  final_gamma = None
+  if decoder.final_norm is not None:
+    final_gamma = tf.convert_to_tensor(decoder.final_norm.gamma)
+    beta = _f32(decoder.final_norm.beta)
+  output_kernel = _f32(model.output_embedding.transposed())
+  output = _Affine(output_kernel,
+                   tf.zeros(tf.shape(output_kernel)[1:])).fold(beta)
+  return StepWeights(table, position_table, tuple(layers), final_gamma,
+                     *output.cast(dtype))
 
 
 def read(weights, model, max_positions):
@@ -142,16 +183,16 @@ def dense(x, kernel, bias, residual=None, relu=False):
   return y if residual is None else y + residual
 
 
-def layer_norm(x, norm, epsilon):
-  """LayerNorm over the last axis, in at least float32, as Keras 3
-  computes it; returns x's dtype."""
+def layer_norm(x, gamma, epsilon):
+  """LayerNorm over the last axis, in at least float32, without its beta
+  (which the affine maps after it add, `prepare`): gamma * (x - mean) /
+  sqrt(variance + epsilon), eight kernels; returns x's dtype."""
   dtype = x.dtype
   x = tf.cast(x, tf.float32) if dtype != tf.float32 else x
-  mean = tf.reduce_mean(x, -1, keepdims=True)
-  variance = tf.reduce_mean(tf.math.squared_difference(x, mean), -1,
-                            keepdims=True)
-  inv = tf.math.rsqrt(variance + epsilon) * tf.cast(norm.gamma, tf.float32)
-  y = x * inv + (tf.cast(norm.beta, tf.float32) - mean * inv)
+  centered = x - tf.reduce_mean(x, -1, keepdims=True)
+  variance = tf.reduce_mean(tf.square(centered), -1, keepdims=True)
+  y = centered * tf.math.rsqrt(variance + epsilon) * tf.cast(gamma,
+                                                             tf.float32)
   return tf.cast(y, dtype) if dtype != tf.float32 else y
 
 
@@ -172,12 +213,12 @@ def shape_of(model):
                layer.arguments["layer_norm_epsilon"])
 
 
-def _sublayer(x, shape, norm, fn):
+def _sublayer(x, shape, gamma, fn):
   """The residual connection of section 3.1 (post-norm) or its pre-norm
   variant around `fn(input, residual) = sublayer(input) + residual`."""
   if shape.norm_position == "pre":
-    return fn(layer_norm(x, norm, shape.epsilon), x)
-  return layer_norm(fn(x, x), norm, shape.epsilon)
+    return fn(layer_norm(x, gamma, shape.epsilon), x)
+  return layer_norm(fn(x, x), gamma, shape.epsilon)
 
 
 def _heads(x, group, heads, depth):
@@ -233,9 +274,9 @@ def layer_step(x, weights, cache, shape, plan, memory_mask, group):
     inner = dense(y, weights.inner_kernel, weights.inner_bias, relu=True)
     return dense(inner, weights.outer_kernel, weights.outer_bias, residual)
 
-  x = _sublayer(x, shape, weights.self_norm, self_attention)
-  x = _sublayer(x, shape, weights.cross_norm, cross_attention)
-  x = _sublayer(x, shape, weights.feed_forward_norm, feed_forward)
+  x = _sublayer(x, shape, weights.self_gamma, self_attention)
+  x = _sublayer(x, shape, weights.cross_gamma, cross_attention)
+  x = _sublayer(x, shape, weights.feed_forward_gamma, feed_forward)
   return x, cache
 
 
@@ -262,6 +303,7 @@ def _decoder_step(weights, shape, ids, step, cache, source_mask):
     with tf.name_scope(name):
       x, new_cache[name] = layer_step(x, layer_weights, cache[name], shape,
                                       plan, memory_mask, group)
-  if weights.final_norm is not None:
-    x = layer_norm(x, weights.final_norm, shape.epsilon)
-  return tf.cast(tf.matmul(x, weights.output_kernel), tf.float32), new_cache
+  if weights.final_gamma is not None:
+    x = layer_norm(x, weights.final_gamma, shape.epsilon)
+  logits = dense(x, weights.output_kernel, weights.output_bias)
+  return tf.cast(logits, tf.float32), new_cache
