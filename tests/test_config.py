@@ -129,3 +129,28 @@ def test_auto_config_is_chosen_once_and_kept_on_resume(tmp_path):
       config_lib.AutoConfig(small, (("train_steps", 2),)), SPEC, **options)
   assert resumed["step"] == 2
   assert run_dir.load_config(str(named)).training.warmup_steps == 4000
+
+
+def test_a_resumed_run_may_change_its_decoding_settings(tmp_path):
+  """Beam, length penalty and length limit touch neither the weights nor
+  the training: a resume may change them without --allow_recipe_change,
+  and the run's config keeps them for its evaluations and exports; a
+  recipe field still needs the flag."""
+  from tf_transformer.run import run_dir  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  from training_helpers import SPEC  # pylint: disable=g-import-not-at-top
+  small = "num_layers=1,d_model=32,d_ff=64,num_heads=2,batch_tokens=512"
+  options = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
+                 vocab_size=400)
+  Runner(str(tmp_path)).train(get_config("tiny", small, train_steps=1), SPEC,
+                              **options)
+  resumed = Runner(str(tmp_path)).train(
+      get_config("tiny", small + ",length_penalty_alpha=1.0,beam_size=2",
+                 train_steps=2), SPEC, **options)
+  assert resumed["step"] == 2
+  decoding = run_dir.load_config(str(tmp_path)).decoding
+  assert (decoding.length_penalty_alpha, decoding.beam_size) == (1.0, 2)
+  with pytest.raises(ValueError, match="dropout_rate"):
+    Runner(str(tmp_path)).train(
+        get_config("tiny", small + ",length_penalty_alpha=1.0,beam_size=2,"
+                   "dropout_rate=0.3", train_steps=3), SPEC, **options)

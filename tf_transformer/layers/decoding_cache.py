@@ -100,7 +100,7 @@ def mark_step(ancestors, step):
   """Records that each hypothesis computes position `step` in its own
   slot."""
   _, group, length = dims(ancestors)
-  here = tf.range(length) == step
+  here = tf.one_hot(step, length, True, False)
   # (expand_dims, not [tf.newaxis] slices: no kernel of its own)
   return tf.where(here, tf.expand_dims(tf.range(group), 1), ancestors)
 

@@ -180,7 +180,7 @@ def dense(x, kernel, bias, residual=None, relu=False):
   y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
   if relu:
     y = tf.nn.relu(y)
-  return y if residual is None else y + residual
+  return y if residual is None else tf.math.add_n([y, residual])
 
 
 def layer_norm(x, gamma, epsilon):

@@ -5,10 +5,14 @@ import tensorflow as tf
 
 def dims(x):
   """x's sizes: static where known, else dynamic (explicit sizes, since -1
-  is ambiguous for empty batches)."""
-  dynamic = tf.shape(x)
+  is ambiguous for empty batches). The dynamic ones from one Unpack of the
+  shape, not a slice kernel each (a decoding step runs this every step)."""
+  static = x.shape.as_list()
+  if None not in static:
+    return static
+  dynamic = tf.unstack(tf.shape(x), num=len(static))
   return [dynamic[i] if size is None else size
-          for i, size in enumerate(x.shape.as_list())]
+          for i, size in enumerate(static)]
 
 
 def swap_axes_1_2(x):

@@ -263,11 +263,14 @@ class Runner:
           "training this run on them, add --allow_data_change")
 
   def _resumed_config(self, config, chief, allow_recipe_change, flags_text):
-    """The saved run's config, with the asked runtime (and, if allowed,
-    training recipe) fields."""
+    """The saved run's config, with the asked runtime and decoding (and, if
+    allowed, training recipe) fields. Decoding fields (beam, length
+    penalty, length limit) touch neither weights nor training: a changed
+    one is saved, so that the run's evaluations and exports use it."""
     saved = run_dir.load_config(self.model_dir)
     asked = config.replace(vocab_size=saved.model.vocab_size).flat()
-    may_change = {"xla_attention", "train_steps"}
+    decoding = {f.name for f in dataclasses.fields(config_lib.DecodingConfig)}
+    may_change = {"xla_attention", "train_steps"} | decoding
     if allow_recipe_change:
       may_change |= set(asked) - set(config_lib.ARCHITECTURE_FIELDS)
     changed = {k: (v, asked[k]) for k, v in saved.flat().items()
@@ -282,9 +285,9 @@ class Runner:
           f"(saved, asked): {diff}: resume with the same flags or use a new "
           f"--model_dir{fix}")
     resumed = saved.replace(**{k: asked[k] for k in may_change})
-    if allow_recipe_change and resumed != saved and chief:
-      logging.info("--allow_recipe_change: resuming with %s (was, now)",
-                   changed)
+    if (allow_recipe_change or decoding & set(changed)) and chief and (
+        resumed != saved):
+      logging.info("resuming with %s (was, now)", changed)
       run_dir.save(self.model_dir, resumed, flags_text=flags_text)
     return resumed, vocabulary_lib.Vocabulary.load(self.model_dir)
 
