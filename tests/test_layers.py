@@ -204,3 +204,16 @@ def test_xla_switch_gives_the_same_attention():
   mha.xla_attention = False
   assert mha.get_config()["xla_attention"] is False
   np.testing.assert_allclose(mha(query), compiled, atol=1e-5)
+
+
+def test_a_sequence_past_the_learned_positions_gets_its_own_error():
+  """In a graph as eagerly, a sequence longer than the learned table fails
+  with the layer's message, never with the gather's own out-of-range
+  error (the gather waits for the check)."""
+  embedding = layers.LearnedPositionalEmbedding(max_length=4)
+  embedding(tf.zeros([1, 4, 8]))
+  graph_call = tf.function(embedding.call)
+  for call in (embedding, graph_call, graph_call, graph_call):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="longer than max_length=4"):
+      call(tf.zeros([2, 6, 8]))

@@ -110,10 +110,14 @@ class LearnedPositionalEmbedding(PolicyLayer):
 
   def call(self, inputs, start=0):
     positions = start + tf.range(tf.shape(inputs)[1])
-    tf.debugging.assert_less(
+    check = tf.debugging.assert_less(
         positions[-1:], self.max_length,
         message=f"sequence longer than max_length={self.max_length} of the "
         "learned positional embedding")
+    # In a graph the gather waits for the check: otherwise its own
+    # out-of-range error may come first.
+    with tf.control_dependencies([check]):
+      positions = tf.identity(positions)
     return inputs + tf.gather(
         tf.cast(self.position_embeddings, inputs.dtype), positions)
 
