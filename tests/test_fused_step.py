@@ -24,6 +24,13 @@ def _model(overrides=""):
       o for o in ("vocab_size=40,dropout_rate=0.0", overrides) if o))
   model = build_model(config)
   model.set_xla_attention(False)
+  # Trained-like normalizations: the step folds their betas and gains into
+  # the matmuls after them, which ones and zeros would not test.
+  rng = np.random.default_rng(4)
+  for variable in model.weights:
+    if variable.path.endswith(("/gamma", "/beta")):
+      low = 0.5 if variable.path.endswith("/gamma") else -0.5
+      variable.assign(rng.uniform(low, low + 1.0, variable.shape))
   return model
 
 
@@ -126,3 +133,25 @@ def test_no_variable_is_read_inside_the_search_loop():
   assert ops.count("BiasAdd") == 6 * layers + 1
   # Per layer: two per attention (scores, weighted values).
   assert ops.count("BatchMatMulV2") == 4 * layers
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_gains_the_matmuls_take(norm_position):
+  """A normalization whose output feeds matmuls only leaves its gain to
+  them (pre-norm: every one, and the final norm's to the output kernel;
+  post-norm: the last layer's last); the others keep theirs."""
+  model = _model(f"norm_position={norm_position}")
+  weights = fused_step.prepare(model, 4)
+  gains = [[layer.self_gamma, layer.cross_gamma, layer.feed_forward_gamma]
+           for layer in weights.layers]
+  kept = [[gain is not None for gain in layer] for layer in gains]
+  if norm_position == "pre":
+    assert kept == [[False] * 3] * len(gains)
+  else:
+    assert kept == [[True] * 3] * (len(gains) - 1) + [[True, True, False]]
+  norm = (model.decoder.final_norm if norm_position == "pre" else
+          model.decoder.decoder_layers[-1].feed_forward_residual.layer_norm)
+  np.testing.assert_allclose(
+      weights.output_kernel,
+      norm.gamma.numpy()[:, None] * model.output_embedding.transposed(),
+      rtol=1e-6)

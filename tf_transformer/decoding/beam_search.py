@@ -38,6 +38,7 @@ import typing
 
 import tensorflow as tf
 
+from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
 NEG_INF = -1e9  # scores are float32 whatever the model's dtype
@@ -164,7 +165,9 @@ def _grow_alive(logits, state, step, k, positions):
   row_max = row_logits[:, :1]
   log_normalizer = row_max + tf.math.log(
       tf.reduce_sum(tf.exp(logits - row_max), -1, keepdims=True))
-  never = tf.reduce_any(row_ids[..., tf.newaxis] == NEVER_OUTPUT, -1)
+  # (A lookup in a constant table: one kernel, where comparing with each
+  # id and reducing took two.)
+  never = tf.gather(limits_lib.never_output(logits.shape[-1]), row_ids)
   row_log_probs = tf.where(never, NEG_INF, row_logits - log_normalizer)
   candidates = (tf.reshape(row_log_probs, [-1, k, per_row])
                 + tf.expand_dims(state.alive_log_probs, 2))

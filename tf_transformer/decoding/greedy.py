@@ -12,12 +12,7 @@ import tensorflow as tf
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.layers import fused_step
-from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
-
-
-def _never_output_mask(vocab_size):
-  return tf.reduce_any(tf.one_hot(NEVER_OUTPUT, vocab_size, on_value=True,
-                                  off_value=False), axis=0)
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
@@ -91,7 +86,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
       logits = prefix_lib.force(logits, step, prefix)
     log_probs = tf.nn.log_softmax(logits)
     # special_ids.NEVER_OUTPUT: never an output.
-    allowed = tf.where(_never_output_mask(tf.shape(log_probs)[-1]),
+    allowed = tf.where(limits_lib.never_output(
+                           log_probs.shape[-1] or tf.shape(log_probs)[-1]),
                        log_probs.dtype.min, log_probs)
     chosen = pick(allowed, step)
     chosen_log_prob = tf.gather(log_probs, chosen, batch_dims=1)

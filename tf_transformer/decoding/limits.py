@@ -1,8 +1,13 @@
 """Section 6.1's maximum output length, shared by every search: each
 sentence's output has at most its source length + `max_length_offset`
-tokens (EOS included), and a search's buffers hold the batch's longest."""
+tokens (EOS included), and a search's buffers hold the batch's longest;
+and what else every search holds to: special_ids.NEVER_OUTPUT is never an
+output, and sampling's settings."""
 
+import numpy as np
 import tensorflow as tf
+
+from tf_transformer.special_ids import NEVER_OUTPUT
 
 
 def output_limits(source_mask, max_length_offset, max_length=None):
@@ -13,6 +18,16 @@ def output_limits(source_mask, max_length_offset, max_length=None):
   if max_length is None:
     max_length = tf.maximum(tf.reduce_max(limits), 1)
   return limits, max_length
+
+
+def never_output(vocab_size):
+  """bool [vocab_size], True at special_ids.NEVER_OUTPUT: a constant when
+  `vocab_size` is a Python int (a search's step then looks its ids up with
+  one gather, no kernel to build the table)."""
+  if isinstance(vocab_size, int):
+    return tf.constant(np.isin(np.arange(vocab_size), NEVER_OUTPUT))
+  return tf.reduce_any(tf.one_hot(NEVER_OUTPUT, vocab_size, on_value=True,
+                                  off_value=False), axis=0)
 
 
 def check_sampling(temperature, top_k):

@@ -99,10 +99,14 @@ def group_size(layer_cache):
 def mark_step(ancestors, step):
   """Records that each hypothesis computes position `step` in its own
   slot."""
-  _, group, length = dims(ancestors)
+  return _mark(ancestors, step, dims(ancestors)[2])
+
+
+def _mark(ancestors, step, length):
   here = tf.one_hot(step, length, True, False)
   # (expand_dims, not [tf.newaxis] slices: no kernel of its own)
-  return tf.where(here, tf.expand_dims(tf.range(group), 1), ancestors)
+  return tf.where(here, tf.expand_dims(tf.range(ancestors.shape[1]), 1),
+                  ancestors)
 
 
 def reorder(ancestors, parents):
@@ -118,21 +122,26 @@ def selection(ancestors, step, group_size):
   the row holds the query's ancestor at that position (its slot) and the
   position is at most `step`. Computed once per step and shared by every
   layer; outside XLA only the blocks filled so far."""
-  num_blocks, batch, slots = _filled_slots(ancestors, step)
+  batch, _, length = dims(ancestors)
+  num_blocks, slots = _filled_slots(ancestors, step, length)
   return tf.reshape(tf.one_hot(slots, group_size, True, False),
                     [batch, 1, group_size,
                      num_blocks * BLOCK_LENGTH * group_size])
 
 
-def _filled_slots(ancestors, step):
-  """(blocks read, batch, slots [batch, group, blocks * BLOCK_LENGTH]): the
-  slot of each hypothesis' ancestor at each position read, -1 (one_hot of
-  no slot) after `step`; outside XLA only the blocks filled so far."""
-  batch, _, length = dims(ancestors)
+def _filled_slots(ancestors, step, length):
+  """(blocks read, slots [batch, group, blocks * BLOCK_LENGTH]): the slot
+  of each hypothesis' ancestor at each position read, -1 (one_hot of no
+  slot) after `step`; outside XLA only the blocks filled so far."""
   if in_xla():
-    return length // BLOCK_LENGTH, batch, ancestors
+    return length // BLOCK_LENGTH, ancestors
   num_blocks = step // BLOCK_LENGTH + 1
-  return num_blocks, batch, ancestors[:, :, :num_blocks * BLOCK_LENGTH]
+  # The slice's end as [0, 0, n * BLOCK_LENGTH] from one multiply (the
+  # first two axes whole): `[:, :, :n]` packs its end in a kernel of its
+  # own.
+  end = tf.constant([0, 0, BLOCK_LENGTH]) * num_blocks
+  return num_blocks, tf.strided_slice(ancestors, [0, 0, 0], end,
+                                      end_mask=0b011)
 
 
 def _rows_at_step(batch, heads, step):
@@ -221,18 +230,21 @@ class StepPlan(typing.NamedTuple):
 
 
 def plan_step(ancestors, step, group_size, heads):
-  """The `StepPlan` of position `step` (`ancestors` marked there): the
-  selection of `selection`, laid out blocks first as `attend_blocks` reads
-  the scores, and the rows `write_planned` writes in a buffer of `heads`
-  heads."""
-  num_blocks, batch, slots = _filled_slots(ancestors, step)
+  """(`ancestors` marked at `step` as `mark_step` marks them, the
+  `StepPlan` of position `step`): the selection of `selection`, laid out
+  blocks first as `attend_blocks` reads the scores, and the rows
+  `write_planned` writes in a buffer of `heads` heads. (Marking here reads
+  the ancestors' sizes once a step.)"""
+  batch, _, length = dims(ancestors)
+  ancestors = _mark(ancestors, step, length)
+  num_blocks, slots = _filled_slots(ancestors, step, length)
   select = tf.reshape(tf.one_hot(slots, group_size, True, False),
                       [batch, group_size, num_blocks,
                        BLOCK_LENGTH * group_size])
   select = tf.expand_dims(tf.transpose(select, [2, 0, 1, 3]), 2)
   # (Under XLA the write is a scatter, and a range must have static ends.)
   rows = None if in_xla() else _rows_at_step(batch, heads, step)
-  return StepPlan(num_blocks, select, rows, step)
+  return ancestors, StepPlan(num_blocks, select, rows, step)
 
 
 def write_planned(cache_buffer, new, plan):

@@ -23,7 +23,9 @@ computes, from the same weights, with fewer kernels:
   follow it: a matmul's input x + beta is x W + (beta W + b), and in a
   post-norm stack the residual x + beta is added by the next sub-layer's
   output bias. `prepare` folds each beta into those biases once, which
-  saves two kernels a normalization.
+  saves two kernels a normalization. A normalization whose output feeds
+  matmuls only (every one of a pre-norm stack, and a post-norm stack's
+  last) leaves its gamma to them too: (x gamma) W = x (diag(gamma) W).
 
 The step equals the Keras layers' step to rounding. The Keras layers stay
 the path for training, teacher forcing and attention weights;
@@ -47,17 +49,19 @@ class LayerWeights(typing.NamedTuple):
   qkv_bias: tf.Tensor
   self_output_kernel: tf.Tensor  # W^O of the self-attention
   self_output_bias: tf.Tensor
-  self_gamma: tf.Tensor  # the gain of the sub-layer's LayerNorm
+  self_gamma: typing.Optional[tf.Tensor]  # the gain of the sub-layer's
+  # LayerNorm; None where the matmuls after it have it (pre-norm)
   cross_query_kernel: tf.Tensor  # W^Q of the encoder-decoder attention, scaled
   cross_query_bias: tf.Tensor
   cross_output_kernel: tf.Tensor
   cross_output_bias: tf.Tensor
-  cross_gamma: tf.Tensor
+  cross_gamma: typing.Optional[tf.Tensor]
   inner_kernel: tf.Tensor  # W_1, b_1 of eq. 2
   inner_bias: tf.Tensor
   outer_kernel: tf.Tensor  # W_2, b_2
   outer_bias: tf.Tensor
-  feed_forward_gamma: tf.Tensor
+  feed_forward_gamma: typing.Optional[tf.Tensor]  # None also for the last
+  # layer of a post-norm stack, whose output feeds the output projection only
 
 
 class StepWeights(typing.NamedTuple):
@@ -66,8 +70,8 @@ class StepWeights(typing.NamedTuple):
   embeddings: tf.Tensor  # target embeddings times sqrt(d_model) (3.4)
   positions: tf.Tensor  # [max_positions, d_model] (3.5)
   layers: tuple
-  final_gamma: typing.Optional[tf.Tensor]  # pre-norm stacks only
-  output_kernel: tf.Tensor  # [d_model, vocab]: the pre-softmax transform
+  output_kernel: tf.Tensor  # [d_model, vocab]: the pre-softmax transform,
+  # with the last normalization's gamma folded in
   output_bias: tf.Tensor  # [vocab]: the last normalization's beta, folded
 
 
@@ -77,10 +81,13 @@ class _Affine(typing.NamedTuple):
   kernel: tf.Tensor
   bias: tf.Tensor
 
-  def fold(self, beta):
-    """The map of x whose input was x + beta: b += beta W."""
-    return self._replace(
-        bias=self.bias + tf.linalg.matvec(self.kernel, beta, transpose_a=True))
+  def fold(self, beta, gamma=None):
+    """The map of x whose input was x + beta, or x gamma + beta: b +=
+    beta W, and W becomes diag(gamma) W."""
+    bias = self.bias + tf.linalg.matvec(self.kernel, beta, transpose_a=True)
+    kernel = self.kernel if gamma is None else gamma[:, tf.newaxis] * (
+        self.kernel)
+    return _Affine(kernel, bias)
 
   def add(self, beta):
     """The map plus beta: b += beta (a post-norm residual's beta)."""
@@ -98,10 +105,12 @@ def _affine(dense, scale=1.0):
   return _Affine(_f32(dense.kernel) * scale, _f32(dense.bias) * scale)
 
 
-def _layer_weights(layer, beta_in, post_norm):
-  """(`LayerWeights`, beta_out): `beta_in` the beta the layer's input
-  lacks (post-norm: the previous layer's last; zeros for the embeddings);
-  beta_out the one its output lacks (post-norm), else zeros."""
+def _layer_weights(layer, beta_in, post_norm, last):
+  """(`LayerWeights`, beta_out, gamma_out): `beta_in` the beta the layer's
+  input lacks (post-norm: the previous layer's last; zeros for the
+  embeddings); beta_out the one its output lacks (post-norm), else zeros;
+  gamma_out the gain it lacks (the `last` layer of a post-norm stack), else
+  None."""
   attention, cross, ff = (layer.self_attention, layer.cross_attention,
                           layer.feed_forward)
   dtype = attention.compute_dtype
@@ -109,6 +118,13 @@ def _layer_weights(layer, beta_in, post_norm):
       layer.self_attention_residual, layer.cross_attention_residual,
       layer.feed_forward_residual)]
   betas = [_f32(norm.beta) for norm in norms]
+  gammas = [_f32(norm.gamma) for norm in norms]
+  # The gains the step applies: pre-norm, none (each normalization feeds
+  # its sub-layer's first matmul only, which takes its gain); post-norm,
+  # all but the last layer's last (the output projection takes that one).
+  applied = [None] * 3 if not post_norm else gammas[:2] + [
+      None if last else gammas[2]]
+  folded = [None] * 3 if post_norm else gammas
   # Each sub-layer's input lacks the beta before it: post-norm, the
   # previous sub-layer's, which its residual lacks too; pre-norm, its own.
   inputs = [beta_in] + betas[:2] if post_norm else betas
@@ -118,17 +134,19 @@ def _layer_weights(layer, beta_in, post_norm):
       _affine(attention.query_dense, scale), _affine(attention.key_dense),
       _affine(attention.value_dense))])
   weights = LayerWeights(
-      *qkv.fold(inputs[0]).cast(dtype),
+      *qkv.fold(inputs[0], folded[0]).cast(dtype),
       *_affine(attention.output_dense).add(residuals[0]).cast(dtype),
-      tf.convert_to_tensor(norms[0].gamma),
+      applied[0],
       *_affine(cross.query_dense, 1.0 / math.sqrt(cross.d_k)).fold(
-          inputs[1]).cast(dtype),
+          inputs[1], folded[1]).cast(dtype),
       *_affine(cross.output_dense).add(residuals[1]).cast(dtype),
-      tf.convert_to_tensor(norms[1].gamma),
-      *_affine(ff.inner).fold(inputs[2]).cast(dtype),
+      applied[1],
+      *_affine(ff.inner).fold(inputs[2], folded[2]).cast(dtype),
       *_affine(ff.outer).add(residuals[2]).cast(dtype),
-      tf.convert_to_tensor(norms[2].gamma))
-  return weights, betas[2] if post_norm else tf.zeros_like(betas[2])
+      applied[2])
+  if not post_norm:
+    return weights, tf.zeros_like(betas[2]), None
+  return weights, betas[2], gammas[2] if last else None
 
 
 def prepare(model, max_positions):
@@ -149,17 +167,17 @@ def prepare(model, max_positions):
   post_norm = decoder.decoder_layers[0].arguments["norm_position"] != "pre"
   beta = tf.zeros([embedding.d_model])
   layers = []
-  for layer in decoder.decoder_layers:
-    weights, beta = _layer_weights(layer, beta, post_norm)
+  for i, layer in enumerate(decoder.decoder_layers):
+    weights, beta, gamma = _layer_weights(
+        layer, beta, post_norm, last=i == len(decoder.decoder_layers) - 1)
     layers.append(weights)
-  final_gamma = None
   if decoder.final_norm is not None:
-    final_gamma = tf.convert_to_tensor(decoder.final_norm.gamma)
+    gamma = _f32(decoder.final_norm.gamma)
     beta = _f32(decoder.final_norm.beta)
   output_kernel = _f32(model.output_embedding.transposed())
   output = _Affine(output_kernel,
-                   tf.zeros(tf.shape(output_kernel)[1:])).fold(beta)
-  return StepWeights(table, position_table, tuple(layers), final_gamma,
+                   tf.zeros(tf.shape(output_kernel)[1:])).fold(beta, gamma)
+  return StepWeights(table, position_table, tuple(layers),
                      *output.cast(dtype))
 
 
@@ -186,13 +204,15 @@ def dense(x, kernel, bias, residual=None, relu=False):
 def layer_norm(x, gamma, epsilon):
   """LayerNorm over the last axis, in at least float32, without its beta
   (which the affine maps after it add, `prepare`): gamma * (x - mean) /
-  sqrt(variance + epsilon), eight kernels; returns x's dtype."""
+  sqrt(variance + epsilon), eight kernels, or seven without gamma (None:
+  the matmuls after it have it); returns x's dtype."""
   dtype = x.dtype
   x = tf.cast(x, tf.float32) if dtype != tf.float32 else x
   centered = x - tf.reduce_mean(x, -1, keepdims=True)
   variance = tf.reduce_mean(tf.square(centered), -1, keepdims=True)
-  y = centered * tf.math.rsqrt(variance + epsilon) * tf.cast(gamma,
-                                                             tf.float32)
+  y = centered * tf.math.rsqrt(variance + epsilon)
+  if gamma is not None:
+    y *= tf.cast(gamma, tf.float32)
   return tf.cast(y, dtype) if dtype != tf.float32 else y
 
 
@@ -203,14 +223,17 @@ class Shape(typing.NamedTuple):
   d_v: int
   norm_position: str
   epsilon: float
+  final_norm: bool  # a normalization after the last layer (pre-norm)
 
 
 def shape_of(model):
-  layer = model.decoder.decoder_layers[0]
+  decoder = model.decoder
+  layer = decoder.decoder_layers[0]
   attention = layer.self_attention
   return Shape(attention.num_heads, attention.d_k, attention.d_v,
                layer.arguments["norm_position"],
-               layer.arguments["layer_norm_epsilon"])
+               layer.arguments["layer_norm_epsilon"],
+               decoder.final_norm is not None)
 
 
 def _sublayer(x, shape, gamma, fn):
@@ -294,8 +317,8 @@ def _decoder_step(weights, shape, ids, step, cache, source_mask):
   # (Reshapes and broadcasting, not slices: no kernel of their own.)
   x = (tf.gather(weights.embeddings, tf.reshape(ids, [-1]))
        + tf.gather(weights.positions, step))
-  ancestors = decoding_cache.mark_step(cache["ancestors"], step)
-  plan = decoding_cache.plan_step(ancestors, step, group, shape.num_heads)
+  ancestors, plan = decoding_cache.plan_step(cache["ancestors"], step, group,
+                                             shape.num_heads)
   memory_mask = masks.key_padding_mask(source_mask)
   new_cache = {"ancestors": ancestors}
   for i, layer_weights in enumerate(weights.layers):
@@ -303,7 +326,7 @@ def _decoder_step(weights, shape, ids, step, cache, source_mask):
     with tf.name_scope(name):
       x, new_cache[name] = layer_step(x, layer_weights, cache[name], shape,
                                       plan, memory_mask, group)
-  if weights.final_gamma is not None:
-    x = layer_norm(x, weights.final_gamma, shape.epsilon)
+  if shape.final_norm:  # its gain is the output kernel's
+    x = layer_norm(x, None, shape.epsilon)
   logits = dense(x, weights.output_kernel, weights.output_bias)
   return tf.cast(logits, tf.float32), new_cache
