@@ -227,6 +227,11 @@ class StepPlan(typing.NamedTuple):
   rows: tf.Tensor  # rows of a buffer's flat view that position `step` fills
   # (None under XLA)
   step: tf.Tensor
+  # The scores' shapes [batch, heads, group, blocks * rows] and [batch,
+  # heads, group, blocks, rows] (the batch as -1): attention's softmax runs
+  # over the positions of every block at once.
+  positions_shape: typing.Any
+  blocks_shape: typing.Any
 
 
 def plan_step(ancestors, step, group_size, heads):
@@ -244,7 +249,18 @@ def plan_step(ancestors, step, group_size, heads):
   select = tf.expand_dims(tf.transpose(select, [2, 0, 1, 3]), 2)
   # (Under XLA the write is a scatter, and a range must have static ends.)
   rows = None if in_xla() else _rows_at_step(batch, heads, step)
-  return ancestors, StepPlan(num_blocks, select, rows, step)
+  block_rows = BLOCK_LENGTH * group_size
+  if in_xla():
+    positions_shape = [-1, heads, group_size, num_blocks * block_rows]
+    blocks_shape = [-1, heads, group_size, num_blocks, block_rows]
+  else:  # (two concats and a multiply, once a step)
+    blocks = tf.reshape(num_blocks, [1])
+    positions_shape = tf.concat([[-1, heads, group_size],
+                                 blocks * block_rows], 0)
+    blocks_shape = tf.concat([[-1, heads, group_size], blocks, [block_rows]],
+                             0)
+  return ancestors, StepPlan(num_blocks, select, rows, step, positions_shape,
+                             blocks_shape)
 
 
 def write_planned(cache_buffer, new, plan):
@@ -267,8 +283,12 @@ def attend_blocks(query, key, value, plan):
   if not in_xla():
     key, value = key[:plan.num_blocks], value[:plan.num_blocks]
   scores = tf.matmul(tf.expand_dims(query, 0), key, transpose_b=True)
-  scores = tf.cast(tf.where(plan.selection, scores, scores.dtype.min),
-                   tf.float32)
-  weights = tf.exp(scores - tf.reduce_max(scores, [0, 4], keepdims=True))
-  weights /= tf.reduce_sum(weights, [0, 4], keepdims=True)
+  scores = tf.where(plan.selection, scores, scores.dtype.min)
+  # One softmax over the blocks' positions: two transposes and a Softmax,
+  # where the reductions over blocks and rows in place took five kernels.
+  weights = tf.nn.softmax(tf.cast(tf.reshape(
+      tf.transpose(scores, [1, 2, 3, 0, 4]), plan.positions_shape),
+                                  tf.float32))
+  weights = tf.transpose(tf.reshape(weights, plan.blocks_shape),
+                         [3, 0, 1, 2, 4])
   return tf.reduce_sum(tf.matmul(tf.cast(weights, value.dtype), value), 0)
