@@ -23,8 +23,7 @@ def model():
 
 def _step_function(model, source_mask, mode):
   def step(ids, position, cache):
-    return model.decode(ids, None, source_mask, cache=cache, step=position,
-                        return_attention_scores=True)
+    return model.cached_step(ids, position, cache, source_mask)
   if mode == "eager":
     return step
   return tf.function(step, jit_compile=(mode == "xla"))
@@ -83,7 +82,7 @@ def test_a_step_writes_its_position_in_place(model):
   cache = model.initial_cache(memory, STEPS, group_size=2)
   given = cache["layer_0"]["key"]
   ids = tf.fill([SOURCE.shape[0] * 2, 1], BOS_ID)
-  _, cache = model.decode(ids, None, source_mask, cache=cache, step=0)
+  _, cache, _ = model.cached_step(ids, 0, cache, source_mask)
   returned = cache["layer_0"]["key"].numpy()
   assert np.abs(returned).sum() > 0
   np.testing.assert_array_equal(given.numpy(), returned)

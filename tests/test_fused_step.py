@@ -50,8 +50,8 @@ def test_fused_step_equals_the_keras_step(overrides, group, mode):
 
   @tf.function(jit_compile=(mode == "xla"))
   def steps(ids, step, keras_cache, fused_cache, parents):
-    keras_logits, keras_cache = model.decode(ids, None, source_mask,
-                                             cache=keras_cache, step=step)
+    keras_logits, keras_cache, _ = model.cached_step(ids, step, keras_cache,
+                                                     source_mask)
     fused_logits, fused_cache = fused_step.decoder_step(
         weights, shape, ids, step, fused_cache, source_mask)
     reorder = model.decoder.reorder_cache
@@ -82,8 +82,8 @@ def test_fused_step_in_bfloat16_follows_the_policy():
   weights = fused_step.prepare(model, 4)
   assert weights.layers[0].qkv_kernel.dtype == tf.bfloat16
   ids = tf.fill([2, 1], BOS_ID)
-  expected, _ = model.decode(ids, None, source_mask,
-                             cache=model.initial_cache(memory, 4), step=0)
+  expected, _, _ = model.cached_step(ids, 0, model.initial_cache(memory, 4),
+                                     source_mask)
   got, _ = fused_step.decoder_step(weights, fused_step.shape_of(model), ids,
                                    tf.constant(0), model.initial_cache(memory, 4),
                                    source_mask)
@@ -102,7 +102,7 @@ def test_beam_search_over_either_step_finds_the_same_translations():
   cache = model.initial_cache(memory, 14, group_size=4)
 
   def keras_step(ids, step, cache):
-    return model.decode(ids, None, source_mask, cache=cache, step=step)
+    return model.cached_step(ids, step, cache, source_mask)[:2]
 
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + 8
   ids, scores = beam_search.beam_search(

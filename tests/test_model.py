@@ -66,8 +66,8 @@ def test_cached_decoding_equals_teacher_forcing(overrides):
   full = model.decode(TARGET_IN, memory, source_mask).numpy()
   cache = model.initial_cache(memory, max_length=10)
   for step in range(TARGET_IN.shape[1]):
-    logits, cache = model.decode(TARGET_IN[:, step:step + 1], None,
-                                 source_mask, cache=cache, step=step)
+    logits, cache, _ = model.cached_step(TARGET_IN[:, step:step + 1], step,
+                                         cache, source_mask)
     for row, length in enumerate(TARGET_LENGTHS):
       if step < length:
         np.testing.assert_allclose(logits[row, 0], full[row, step], atol=1e-5)
@@ -80,7 +80,7 @@ def test_cached_step_compiles_once_with_xla():
 
   @tf.function(jit_compile=True)
   def decode_step(ids, step, cache):
-    return model.decode(ids, None, source_mask, cache=cache, step=step)
+    return model.cached_step(ids, step, cache, source_mask)[:2]
 
   cache = model.initial_cache(memory, max_length=8)
   for step in range(4):

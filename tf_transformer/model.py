@@ -126,30 +126,35 @@ class Transformer(keras.Model):
     hypotheses per sentence of this memory (`Decoder.initial_cache`)."""
     return self.decoder.initial_cache(memory, max_length, group_size)
 
-  def decode(self, target_input_ids, memory, source_mask, cache=None,
-             step=None, training=None, return_attention_scores=False):
-    """Logits [batch, target_length, vocab_size] for the decoder input.
-
-    With `cache` and `step`, `target_input_ids` is [batch * group_size, 1]
-    (the token at position `step`), `source_mask` stays [batch,
-    source_length] and the result is (logits, new_cache); the step consumes
-    `cache` (the Keras layers' step, which also gives attention weights; a
-    search runs `decode_step`).
-    """
+  def decode(self, target_input_ids, memory, source_mask, training=None,
+             return_attention_scores=False):
+    """Logits [batch, target_length, vocab_size] (float32) for the decoder
+    input (teacher forcing); with `return_attention_scores`, (logits, the
+    per-layer weights)."""
     x = self._embed(self.target_embedding, self.target_positions,
-                    self.target_dropout, target_input_ids,
-                    start=0 if step is None else step, training=training)
-    target_mask = None if cache is not None else masks.padding_mask(
-        target_input_ids)
-    outputs = self.decoder(x, memory, target_mask, source_mask, cache=cache,
-                           step=step, training=training,
+                    self.target_dropout, target_input_ids, training=training)
+    outputs = self.decoder(x, memory, masks.padding_mask(target_input_ids),
+                           source_mask, training=training,
                            return_attention_scores=return_attention_scores)
-    if not isinstance(outputs, tuple):
-      outputs = (outputs,)
-    logits = tf.cast(self.output_embedding.logits(outputs[0]),
-                     tf.float32)
-    outputs = (logits,) + outputs[1:]
-    return outputs[0] if len(outputs) == 1 else outputs
+    if return_attention_scores:
+      return self._logits(outputs[0]), outputs[1]
+    return self._logits(outputs)
+
+  def cached_step(self, ids, step, cache, source_mask):
+    """The Keras layers' incremental step: (logits [rows, 1, vocab_size]
+    float32, the cache, per-layer attention weights) for `ids` [batch *
+    group_size, 1], the tokens at position `step`, with the cache of
+    `initial_cache` and `source_mask` [batch, source_length]. The step
+    consumes `cache`. `decode` with a cache, one position at a time: the
+    path that gives attention weights; a search runs `decode_step`, the
+    same function in fewer kernels."""
+    x = self._embed(self.target_embedding, self.target_positions,
+                    self.target_dropout, ids, start=step)
+    x, cache, weights = self.decoder.cached_step(x, cache, step, source_mask)
+    return self._logits(x), cache, weights
+
+  def _logits(self, x):
+    return tf.cast(self.output_embedding.logits(x), tf.float32)
 
   def reorder_cache(self, cache, parents):
     """For beam search: row (b, j) continues the hypothesis in slot

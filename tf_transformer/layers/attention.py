@@ -103,15 +103,13 @@ class MultiHeadAttention(PolicyLayer):
   value) heads from `project_key_value` (the encoder output's, computed once
   and attended to at every decoding step).
 
-  Incremental decoding (the decoder's self-attention) passes `cache` (one
-  layer's "key" and "value" buffers from `decoding_cache.buffer`) and
-  `step`: `query` is then position `step` of `group` hypotheses per sentence,
-  [batch, group, d_model], its keys and values are written into the cache,
-  `attention_mask` is the step's `decoding_cache.selection`, and the call
-  returns (output, cache). The projections are the same as without a cache,
-  so a change to them is made once. `return_attention_scores=True` appends
-  the weights [batch, heads, q_len, k_len] (with a cache: q_len = group,
-  k_len = the positions read so far, see `decoding_cache.attend`).
+  `return_attention_scores=True` returns (output, weights [batch, heads,
+  q_len, k_len]), as Keras' own `MultiHeadAttention` does.
+
+  Incremental decoding (the decoder's self-attention) is a method of its
+  own with fixed outputs, `cached_step(query, cache, step, selection)`
+  (`cached_step`'s docstring). The projections are the same layers either
+  way, so a change to them is made once.
   """
 
   def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
@@ -140,7 +138,7 @@ class MultiHeadAttention(PolicyLayer):
     self.attention.xla_attention = enabled
 
   def build(self, query_shape, value_shape=None, attention_mask_shape=None,
-            key_value_shape=None, cache_shape=None, step_shape=None):
+            key_value_shape=None):
     """Weights from the shapes of the call's arguments, named as Keras 3
     names them; only `query_shape` and `value_shape` (self-attention when
     None) decide any."""
@@ -171,30 +169,35 @@ class MultiHeadAttention(PolicyLayer):
             self._split_heads(self.value_dense(value), self.d_v))
 
   def call(self, query, value=None, attention_mask=None, key_value=None,
-           cache=None, step=None, training=None,
-           return_attention_scores=False):
+           training=None, return_attention_scores=False):
     query_heads = self._split_heads(self.query_dense(query), self.d_k)
-    if cache is not None:
-      key = decoding_cache.write(
-          cache["key"], self._split_heads(self.key_dense(query), self.d_k),
-          step)
-      value_heads = decoding_cache.write(
-          cache["value"],
-          self._split_heads(self.value_dense(query), self.d_v), step)
-      heads, weights = decoding_cache.attend(query_heads, key, value_heads,
-                                             attention_mask, step)
-      cache = {"key": key, "value": value_heads}
-    else:
-      if key_value is None:
-        key_value = self.project_key_value(query if value is None else value)
-      heads, weights = self.attention(query_heads, *key_value,
-                                      attention_mask, training=training)
-    outputs = (self.output_dense(self._merge_heads(heads)),)
-    if cache is not None:
-      outputs += (cache,)
-    if return_attention_scores:
-      outputs += (weights,)
-    return outputs[0] if len(outputs) == 1 else outputs
+    if key_value is None:
+      key_value = self.project_key_value(query if value is None else value)
+    heads, weights = self.attention(query_heads, *key_value, attention_mask,
+                                    training=training)
+    output = self.output_dense(self._merge_heads(heads))
+    return (output, weights) if return_attention_scores else output
+
+  def cached_step(self, query, cache, step, selection):
+    """Self-attention of position `step` over the positions before it, as
+    the decoder's cached step runs it: `query` [batch, group, d_model] (one
+    row per hypothesis of a sentence), `cache` one layer's "key" and
+    "value" buffers (`decoding_cache.buffer`), `selection` the step's
+    `decoding_cache.selection`. Writes this position's keys and values into
+    the cache (in place: use the returned one) and returns (output [batch,
+    group, d_model], cache, weights [batch, heads, group, positions read],
+    see `decoding_cache.attend`)."""
+    query_heads = self._split_heads(self.query_dense(query), self.d_k)
+    key = decoding_cache.write(
+        cache["key"], self._split_heads(self.key_dense(query), self.d_k),
+        step)
+    value = decoding_cache.write(
+        cache["value"], self._split_heads(self.value_dense(query), self.d_v),
+        step)
+    heads, weights = decoding_cache.attend(query_heads, key, value,
+                                           selection, step)
+    return (self.output_dense(self._merge_heads(heads)),
+            {"key": key, "value": value}, weights)
 
   def get_config(self):
     return {**super().get_config(), "num_heads": self.num_heads,

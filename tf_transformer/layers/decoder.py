@@ -11,9 +11,11 @@ real positions <= i); encoder-decoder attention sees every real source token.
 Incremental decoding: `Decoder.initial_cache(memory, max_length, group_size)`
 preallocates per-layer self-attention keys and values for `max_length`
 positions of `group_size` hypotheses per sentence and projects the memory's
-keys and values once. Each step writes one position in place and attends over
-positions <= step; every step has the same shapes, so it compiles once under
-XLA. The layout and why no step copies the cache: `decoding_cache`.
+keys and values once. Each step (`cached_step`, a method beside `call`, with
+fixed outputs) writes one position in place and attends over positions <=
+step; every step has the same shapes, so it compiles once under XLA. The
+layout and why no step copies the cache: `decoding_cache`. A search runs
+the same function in fewer kernels (`fused_step`).
 """
 
 import keras
@@ -30,22 +32,19 @@ from tf_transformer.layers.encoder import _TransformerStack
 class DecoderLayer(_TransformerBlock):
   """Masked self-attention, encoder-decoder attention and feed-forward.
 
-  `call(x, memory, self_attention_mask, cross_attention_mask, cache=None,
-  step=None)`: x is [batch, target_length, d_model], memory [batch,
-  source_length, d_model]; masks are bool, True = may attend, broadcastable
-  to [batch, heads, query_length, key_length]. With a `cache` (this layer's,
-  from `initial_cache`) x is position `step` of `group` hypotheses per
-  sentence, [batch, group, d_model]; `memory` is then unused (its keys and
-  values are in the cache), `self_attention_mask` is the step's
-  `decoding_cache.selection`, and the call returns (output, updated_cache).
-  The same sub-layers run with and without a cache: only the
-  self-attention reads and writes it. `return_attention_scores=True`
-  appends a dict with the "self" and "cross" attention weights.
+  `call(x, memory, self_attention_mask, cross_attention_mask)`: x is
+  [batch, target_length, d_model], memory [batch, source_length, d_model];
+  masks are bool, True = may attend, broadcastable to [batch, heads,
+  query_length, key_length]. `return_attention_scores=True` returns (x, a
+  dict with the "self" and "cross" attention weights).
+
+  `cached_step(x, cache, step, selection, cross_attention_mask)`: one
+  position, with fixed outputs (its docstring). The same sub-layers run
+  either way: only the self-attention reads and writes the cache.
   """
 
   def build(self, x_shape, memory_shape=None, self_attention_mask_shape=None,
-            cross_attention_mask_shape=None, cache_shape=None,
-            step_shape=None):
+            cross_attention_mask_shape=None):
     """Weights from the shapes of the call's arguments, named as Keras 3
     names them; only `x_shape` and `memory_shape` decide any."""
     input_shape, memory_shape = x_shape, memory_shape or x_shape
@@ -76,38 +75,52 @@ class DecoderLayer(_TransformerBlock):
             "memory_key": memory_key, "memory_value": memory_value}
 
   def call(self, x, memory=None, self_attention_mask=None,
-           cross_attention_mask=None, cache=None, step=None, training=None,
+           cross_attention_mask=None, training=None,
            return_attention_scores=False):
+    x, weights = self._sublayers(
+        x, lambda h: self.self_attention(
+            h, attention_mask=self_attention_mask, training=training,
+            return_attention_scores=True),
+        lambda h: self.cross_attention(
+            h, memory, attention_mask=cross_attention_mask,
+            training=training, return_attention_scores=True),
+        training)
+    return (x, weights) if return_attention_scores else x
+
+  def cached_step(self, x, cache, step, selection, cross_attention_mask):
+    """Position `step` of `group` hypotheses per sentence, x [batch, group,
+    d_model], with this layer's `cache` (`initial_cache`: the memory's keys
+    and values are in it), `selection` the step's
+    `decoding_cache.selection` and `cross_attention_mask` the source's
+    padding. Returns (x, the updated cache, {"self", "cross"} weights); the
+    step consumes `cache`."""
+    self_cache = {}
+
+    def self_attend(h):
+      y, written, weights = self.self_attention.cached_step(
+          h, {"key": cache["key"], "value": cache["value"]}, step, selection)
+      self_cache.update(written)
+      return y, weights
+
+    x, weights = self._sublayers(
+        x, self_attend, lambda h: self.cross_attention(
+            h, attention_mask=cross_attention_mask,
+            key_value=(cache["memory_key"], cache["memory_value"]),
+            return_attention_scores=True))
+    return x, dict(cache, **self_cache), weights
+
+  def _sublayers(self, x, self_attend, cross_attend, training=None):
+    """The three residual sub-layers around the two attentions (each h ->
+    (output, weights)): (x, {"self", "cross"} weights)."""
     h = self.self_attention_residual.normalize_input(x)
-    if cache is None:
-      y, self_weights = self.self_attention(
-          h, attention_mask=self_attention_mask, training=training,
-          return_attention_scores=True)
-      memory_key_value = None
-    else:
-      y, self_cache, self_weights = self.self_attention(
-          h, attention_mask=self_attention_mask,
-          cache={"key": cache["key"], "value": cache["value"]}, step=step,
-          return_attention_scores=True)
-      memory_key_value = (cache["memory_key"], cache["memory_value"])
+    y, self_weights = self_attend(h)
     x = self.self_attention_residual(x, y, training=training)
-
     h = self.cross_attention_residual.normalize_input(x)
-    y, cross_weights = self.cross_attention(
-        h, memory, attention_mask=cross_attention_mask,
-        key_value=memory_key_value, training=training,
-        return_attention_scores=True)
+    y, cross_weights = cross_attend(h)
     x = self.cross_attention_residual(x, y, training=training)
-
     h = self.feed_forward_residual.normalize_input(x)
     x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
-    outputs = (x,)
-    if cache is not None:
-      outputs += ({**self_cache, "memory_key": cache["memory_key"],
-                   "memory_value": cache["memory_value"]},)
-    if return_attention_scores:
-      outputs += ({"self": self_weights, "cross": cross_weights},)
-    return outputs[0] if len(outputs) == 1 else outputs
+    return x, {"self": self_weights, "cross": cross_weights}
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -117,20 +130,15 @@ class Decoder(_TransformerStack):
   `call(x, memory, target_padding_mask=None, memory_padding_mask=None)`:
   x is the embedded target input [batch, target_length, d_model], memory the
   encoder output; padding masks are [batch, length], True at real tokens.
-  For incremental decoding pass `cache` (from `initial_cache`) and `step`:
-  x is then [batch * group_size, 1, d_model], `memory_padding_mask` is
-  [batch, source_length] (once per sentence) and the call returns (output,
-  cache). The step consumes the cache it is given (its buffers are written in
-  place): use the returned one.
-  `return_attention_scores=True` appends the list of per-layer weight dicts.
+  `return_attention_scores=True` returns (x, the per-layer weight dicts).
+  Incremental decoding: `cached_step` (its docstring).
   """
 
   layer_class = DecoderLayer
   decoder_layers = _TransformerStack.stack_layers
 
   def build(self, x_shape, memory_shape=None, target_padding_mask_shape=None,
-            memory_padding_mask_shape=None, cache_shape=None,
-            step_shape=None):
+            memory_padding_mask_shape=None):
     for layer in self.decoder_layers:
       layer.build(x_shape, memory_shape)
     if self.final_norm is not None:
@@ -171,11 +179,8 @@ class Decoder(_TransformerStack):
             for name in cache}
 
   def call(self, x, memory=None, target_padding_mask=None,
-           memory_padding_mask=None, cache=None, step=None, training=None,
+           memory_padding_mask=None, training=None,
            return_attention_scores=False):
-    if cache is not None:
-      return self._step(x, memory_padding_mask, cache, step,
-                        return_attention_scores)
     if target_padding_mask is not None:
       self_mask = masks.causal_padding_mask(target_padding_mask)
     else:
@@ -191,10 +196,15 @@ class Decoder(_TransformerStack):
       x = self.final_norm(x)
     return (x, all_weights) if return_attention_scores else x
 
-  def _step(self, x, memory_padding_mask, cache, step,
-            return_attention_scores):
-    """Position `step` of every row, x [batch * group, 1, d_model]: each
-    layer sees it as [batch, group, d_model] (a query per hypothesis of a
+  def cached_step(self, x, cache, step, memory_padding_mask):
+    """Position `step` of every row, x [batch * group, 1, d_model], with
+    the `cache` of `initial_cache` and the source padding
+    `memory_padding_mask` [batch, source_length] (once per sentence; None:
+    no padding). Returns (x [batch * group, 1, d_model], the cache, per
+    layer {"self", "cross"} weights [batch * group, heads, 1, keys], as a
+    teacher-forced pass gives them). The step consumes the cache it is
+    given (its buffers are written in place): use the returned one. Each
+    layer sees x as [batch, group, d_model] (a query per hypothesis of a
     sentence) and attends over the cache with this step's selection."""
     group_size = decoding_cache.group_size(cache["layer_0"])
     rows, _, d_model = shapes.dims(x)
@@ -207,15 +217,12 @@ class Decoder(_TransformerStack):
     all_weights = []
     for i, layer in enumerate(self.decoder_layers):
       name = f"layer_{i}"
-      x, new_cache[name], weights = layer(
-          x, None, selection, cross_attention_mask, cache=cache[name],
-          step=step, return_attention_scores=True)
+      x, new_cache[name], weights = layer.cached_step(
+          x, cache[name], step, selection, cross_attention_mask)
       all_weights.append(weights)
     if self.final_norm is not None:
       x = self.final_norm(x)
     x = tf.reshape(x, [rows, 1, d_model])
-    if not return_attention_scores:
-      return x, new_cache
     # Per row, as a teacher-forced pass gives them: [rows, heads, 1, keys].
     return x, new_cache, [{name: _per_row(w) for name, w in weights.items()}
                           for weights in all_weights]
