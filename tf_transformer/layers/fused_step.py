@@ -122,8 +122,11 @@ def _layer_weights(layer, beta_in, post_norm, last):
   # The gains the step applies: pre-norm, none (each normalization feeds
   # its sub-layer's first matmul only, which takes its gain); post-norm,
   # all but the last layer's last (the output projection takes that one).
-  applied = [None] * 3 if not post_norm else gammas[:2] + [
-      None if last else gammas[2]]
+  # (Applied ones keep the variables' dtype: a bfloat16 export stores
+  # them in bfloat16, as every other weight.)
+  kept = [tf.convert_to_tensor(norm.gamma) for norm in norms]
+  applied = [None] * 3 if not post_norm else kept[:2] + [
+      None if last else kept[2]]
   folded = [None] * 3 if post_norm else gammas
   # Each sub-layer's input lacks the beta before it: post-norm, the
   # previous sub-layer's, which its residual lacks too; pre-norm, its own.
