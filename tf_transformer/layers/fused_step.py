@@ -38,10 +38,10 @@ import typing
 import tensorflow as tf
 
 from tf_transformer.layers import decoding_cache
-from tf_transformer.layers.feed_forward import inner_padding
-from tf_transformer.layers.feed_forward import padded_weights
 from tf_transformer.layers import masks
 from tf_transformer.layers.embedding import sinusoid_table
+from tf_transformer.layers.feed_forward import inner_padding
+from tf_transformer.layers.feed_forward import padded_weights
 
 
 class LayerWeights(typing.NamedTuple):
