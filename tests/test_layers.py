@@ -130,6 +130,29 @@ def test_attention_is_equation_1():
                              rtol=1e-5)
 
 
+@pytest.mark.parametrize("d_ff", [32, 128])  # 128 float32s: 512 bytes
+def test_feed_forward_is_equation_2(d_ff):
+  ff = layers.PositionwiseFeedForward(d_ff=d_ff)
+  x = _inputs([B, T, D])
+  ff.build(x.shape)
+  for i, weight in enumerate(ff.weights):
+    weight.assign(_inputs(weight.shape, 3 + i))
+  w1, b1, w2, b2 = [w.numpy() for w in (ff.inner.kernel, ff.inner.bias,
+                                        ff.outer.kernel, ff.outer.bias)]
+  assert w1.shape == (D, d_ff) and w2.shape == (d_ff, D)  # not padded
+  expected = np.maximum(0.0, x.numpy() @ w1 + b1) @ w2 + b2
+  np.testing.assert_allclose(ff(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_inner_padding_is_one_cache_line_where_rows_alias():
+  padding = layers.feed_forward.inner_padding
+  assert [padding(1024, "float32"), padding(2048, "float32"),
+          padding(1024, "bfloat16"), padding(4096, "float16")] == [16] * 2 + [
+              32] * 2
+  assert [padding(1000, "float32"), padding(200, "bfloat16"),
+          padding(96, "float32")] == [0] * 3
+
+
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
 def test_masked_softmax_is_safe_in_low_precision(dtype):
   scores = tf.cast(tf.constant([[3.0, 60000.0, -2.0], [1.0, 2.0, 3.0]]),

@@ -40,6 +40,8 @@ import tensorflow as tf
 from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import masks
 from tf_transformer.layers.embedding import sinusoid_table
+from tf_transformer.layers.feed_forward import inner_padding
+from tf_transformer.layers.feed_forward import padded_weights
 
 
 class LayerWeights(typing.NamedTuple):
@@ -56,7 +58,8 @@ class LayerWeights(typing.NamedTuple):
   cross_output_kernel: tf.Tensor
   cross_output_bias: tf.Tensor
   cross_gamma: typing.Optional[tf.Tensor]
-  inner_kernel: tf.Tensor  # W_1, b_1 of eq. 2
+  inner_kernel: tf.Tensor  # W_1, b_1 of eq. 2, with zero inner units
+  # appended where `inner_padding` asks
   inner_bias: tf.Tensor
   outer_kernel: tf.Tensor  # W_2, b_2
   outer_bias: tf.Tensor
@@ -105,6 +108,17 @@ def _affine(dense, scale=1.0):
   return _Affine(_f32(dense.kernel) * scale, _f32(dense.bias) * scale)
 
 
+def _feed_forward(ff, beta_in, gamma_in, residual_beta, dtype):
+  """(W_1, b_1, W_2, b_2) of eq. 2 with the betas and gain folded in, and
+  the training layer's zero inner units (`inner_padding`), which make the
+  inner matmul 1.7-1.9x faster on an AVX2 AMD EPYC."""
+  inner_kernel, inner_bias = _affine(ff.inner).fold(beta_in, gamma_in).cast(
+      dtype)
+  outer_kernel, outer_bias = _affine(ff.outer).add(residual_beta).cast(dtype)
+  return (*padded_weights(inner_kernel, inner_bias, outer_kernel,
+                         inner_padding(ff.d_ff, dtype)), outer_bias)
+
+
 def _layer_weights(layer, beta_in, post_norm, last):
   """(`LayerWeights`, beta_out, gamma_out): `beta_in` the beta the layer's
   input lacks (post-norm: the previous layer's last; zeros for the
@@ -144,8 +158,7 @@ def _layer_weights(layer, beta_in, post_norm, last):
           inputs[1], folded[1]).cast(dtype),
       *_affine(cross.output_dense).add(residuals[1]).cast(dtype),
       applied[1],
-      *_affine(ff.inner).fold(inputs[2], folded[2]).cast(dtype),
-      *_affine(ff.outer).add(residuals[2]).cast(dtype),
+      *_feed_forward(ff, inputs[2], folded[2], residuals[2], dtype),
       applied[2])
   if not post_norm:
     return weights, tf.zeros_like(betas[2]), None
