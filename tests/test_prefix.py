@@ -68,8 +68,7 @@ def test_outputs_start_with_the_prefix_and_keep_the_models_scores(
   # each translation and the same scores.
   module = TranslationModule(model, vocab, DecodingOptions(
       max_decode_length_offset=10), max_input_tokens=24)
-  source_ids = sequences.source_ids(module.tokenizer, _strings(SOURCES),
-                                    24).to_tensor()
+  source_ids = module.source_ids(_strings(SOURCES))["source_ids"]
   forced = prefix_lib.from_ragged(
       sequences.subwords(module.tokenizer, _strings(prefixes)))
   ids, scores = tf.function(lambda s: decode(
