@@ -170,16 +170,19 @@ def test_rest_and_grpc_translate_like_the_saved_model(
 
 def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
   stdin = "".join(t + "\n" for t in TEXTS)
-  # The client sends batches of 2, so the expected lines come from the same
-  # batches: a sentence's score may differ in its last bits with the batch
-  # it is summed in, and a 4-decimal rounding can show that.
-  expected = [pair for start in range(0, len(TEXTS), 2) for pair in
-              _expected(saved_model, "serving_default", TEXTS[start:start + 2])]
+  # The expected lines come from the batches the command sends: a
+  # sentence's score may differ in its last bits with the batch it is summed
+  # in, and a 4-decimal rounding can show that.
+  batch = 2
+  expected = [pair for start in range(0, len(TEXTS), batch) for pair in
+              _expected(saved_model, "serving_default",
+                        TEXTS[start:start + batch])]
   lines = [f"{s:.4f}\t{' '.join(t.splitlines())}" for (t, s), in expected]
   for protocol, server in (("rest", rest_server), ("grpc", grpc_server)):
     result = run_script("serving_client.py", f"--protocol={protocol}",
                         f"--server={server}", "--model_name=numbers",
-                        "--show_scores", "--batch_size=2", input_text=stdin)
+                        "--show_scores", f"--batch_size={batch}",
+                        input_text=stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == lines
   nbest = run_script("serving_client.py", f"--server={rest_server}",

@@ -44,9 +44,9 @@ with its XLA:CPU JIT off; `xla=True` compiles the search for servers
 started with --xla_cpu_compilation_enabled, on requests padded to a few
 shapes (`search.decode_in_buckets`), so that the server compiles once per
 shape (a power-of-2 batch size and a multiple of 16 subwords), not per
-request. `decode_parts=N` decodes each request as N slices (length-sorted, dealt) at
-once (`search.decode_in_parts`), for servers run with
---tensorflow_intra_op_parallelism=1 and N inter-op threads.
+request. `decode_parts=N` decodes each request as N slices at once, the
+length-sorted sentences dealt round-robin (`search.decode_in_parts`), for
+servers run with --tensorflow_intra_op_parallelism=1 and N inter-op threads.
 """
 
 import dataclasses
