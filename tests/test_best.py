@@ -54,6 +54,34 @@ def test_keeps_the_best_checkpoint_apart(tmp_path):
   assert [e["step"] for e in history] == [10, 20, 30]
 
 
+def test_a_relative_model_dir_keeps_a_best_checkpoint_that_loads(
+    tmp_path, monkeypatch):
+  """The README's job trains in runs/NAME/run: relative to the working
+  directory. A run begun before the fix left an index naming
+  "../../../ckpt-N" and every earlier best's files; the next best mends
+  both."""
+  monkeypatch.chdir(tmp_path)
+  run = tmp_path / "runs" / "run"
+  (run / "best").mkdir(parents=True)
+  _checkpoint(str(run / "best"), 5)
+  (run / "best" / "checkpoint").write_text(
+      'model_checkpoint_path: "../../../ckpt-5"\n')
+  relative = os.path.join("runs", "run")
+  record = _record(relative, [(10, 20.0), (20, 25.0), (30, 24.0)])
+  assert record.best["step"] == 20
+  assert best_lib.best_checkpoint(relative) == os.path.join(
+      relative, "best", "ckpt-20")
+  assert _kept_step(relative) == 20
+  state = tf.train.get_checkpoint_state(os.path.join(relative, "best"))
+  assert state.model_checkpoint_path.endswith(os.path.join("best", "ckpt-20"))
+  assert sorted(p for p in os.listdir(run / "best")
+                if p.startswith("ckpt")) == [
+                    "ckpt-20.data-00000-of-00001", "ckpt-20.index"]
+  # The same directory, moved and read by its absolute path.
+  os.rename(run, tmp_path / "moved")
+  assert _kept_step(tmp_path / "moved") == 20
+
+
 def test_loss_keeps_the_lowest(tmp_path):
   record = _record(tmp_path, [(10, 20.0), (20, 25.0), (30, 24.0)],
                    metric="loss")

@@ -137,7 +137,6 @@ class DevRecord:
     directory = os.path.join(self.model_dir, BEST_DIR)
     tf.io.gfile.makedirs(directory)
     name = os.path.basename(checkpoint)
-    old = tf.train.latest_checkpoint(directory)
     for path in tf.io.gfile.glob(checkpoint + ".*"):
       target = os.path.join(directory, os.path.basename(path))
       tf.io.gfile.copy(path, target + ".tmp", overwrite=True)
@@ -147,14 +146,22 @@ class DevRecord:
       if tf.io.gfile.exists(source):
         tf.io.gfile.copy(source, os.path.join(directory, run_file),
                          overwrite=True)
-    # The index names the new checkpoint only once its files are complete.
-    tf.compat.v1.train.update_checkpoint_state(directory, name, [name])
+    # The index names the new checkpoint only once its files are complete,
+    # by its bare name: TensorFlow reads it relative to the directory
+    # wherever the run is moved. (tf.compat.v1.train.update_checkpoint_state
+    # wrote "../../../ckpt-N" for a relative MODEL_DIR, which no reader
+    # found: the README's job trains in runs/NAME/run.)
+    _write_text(os.path.join(directory, "checkpoint"),
+                f'model_checkpoint_path: "{name}"\n'
+                f'all_model_checkpoint_paths: "{name}"\n')
     _write_json(os.path.join(directory, BEST_FILE), {
         "checkpoint": name, "step": step, "metric": self.metric,
         "value": metrics[self.key], "dev": dict(metrics),
         "evaluation": self.evaluation})
-    if old and os.path.basename(old) != name:
-      for path in tf.io.gfile.glob(old + ".*"):
+    # Every earlier best goes, including those a run begun before kept
+    # under an index that named them wrongly.
+    for path in tf.io.gfile.glob(os.path.join(directory, "ckpt-*")):
+      if not os.path.basename(path).startswith(name + "."):
         tf.io.gfile.remove(path)
     logging.info("best dev %s so far (%.4g at step %d): kept in %s",
                  self.metric, metrics[self.key], step, directory)
@@ -173,6 +180,10 @@ class DevRecord:
 
 
 def _write_json(path, value):
+  _write_text(path, json.dumps(value, indent=2))
+
+
+def _write_text(path, text):
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-    json.dump(value, f, indent=2)
+    f.write(text)
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
