@@ -58,15 +58,18 @@ def test_a_relative_model_dir_keeps_a_best_checkpoint_that_loads(
     tmp_path, monkeypatch):
   """The README's job trains in runs/NAME/run: relative to the working
   directory. A run begun before the fix left an index naming
-  "../../../ckpt-N" and every earlier best's files; the next best mends
-  both."""
+  "../../../ckpt-N" and every earlier best's files: best.json's name finds
+  its checkpoint, and the next best mends both."""
   monkeypatch.chdir(tmp_path)
   run = tmp_path / "runs" / "run"
   (run / "best").mkdir(parents=True)
   _checkpoint(str(run / "best"), 5)
   (run / "best" / "checkpoint").write_text(
       'model_checkpoint_path: "../../../ckpt-5"\n')
+  (run / "best" / "best.json").write_text('{"checkpoint": "ckpt-5"}')
   relative = os.path.join("runs", "run")
+  # Before the next best, the checkpoint best.json names is found.
+  assert _kept_step(relative) == 5
   record = _record(relative, [(10, 20.0), (20, 25.0), (30, 24.0)])
   assert record.best["step"] == 20
   assert best_lib.best_checkpoint(relative) == os.path.join(

@@ -32,9 +32,14 @@ METRICS = {"bleu": ("bleu", True), "loss": ("loss", False)}
 
 
 def best_checkpoint(model_dir) -> str:
-  """The checkpoint path of MODEL_DIR/best/; FileNotFoundError if none."""
+  """The checkpoint path of MODEL_DIR/best/ (by its index, else by the
+  name best.json gives); FileNotFoundError if none."""
   directory = os.path.join(model_dir, BEST_DIR)
   path = tf.train.latest_checkpoint(directory)
+  kept = read_best(model_dir)
+  if not path and kept:  # a run begun before 4d42639 indexed it wrongly
+    path = os.path.join(directory, kept["checkpoint"])
+    path = path if tf.io.gfile.exists(path + ".index") else None
   if not path:
     raise FileNotFoundError(
         f"{directory}: no best checkpoint (the run kept none: train with "
