@@ -37,7 +37,8 @@ def best_checkpoint(model_dir) -> str:
   directory = os.path.join(model_dir, BEST_DIR)
   path = tf.train.latest_checkpoint(directory)
   kept = read_best(model_dir)
-  if not path and kept:  # a run begun before 4d42639 indexed it wrongly
+  # A run begun before 4d42639 may have indexed it wrongly.
+  if not path and kept and kept.get("checkpoint"):
     path = os.path.join(directory, kept["checkpoint"])
     path = path if tf.io.gfile.exists(path + ".index") else None
   if not path:
