@@ -93,6 +93,49 @@ def test_loss_keeps_the_lowest(tmp_path):
   assert _kept_step(tmp_path) == 40
 
 
+def _scored(tmp_path, metric, evaluations):
+  """A DevRecord of `metric` fed (step, bleu, exact match, loss) rows."""
+  record = DevRecord(str(tmp_path), metric=metric)
+  for step, bleu, exact_match, loss in evaluations:
+    record.add(step, {"bleu": bleu, "exact_match": exact_match,
+                      "loss": loss}, _checkpoint(str(tmp_path), step))
+  return record
+
+
+# The README's numbers job on one host: BLEU put step 666 first, where a
+# later checkpoint translated 99.6% of dev exactly (German numbers are one
+# word: BLEU is about 0 whatever the output).
+NUMBERS_EVALUATIONS = [(666, 0.21, 0.818, 2.1), (1000, 0.0, 0.996, 1.9)]
+
+
+def test_exact_match_keeps_what_bleu_would_not(tmp_path):
+  record = _scored(tmp_path / "exact", "exact_match", NUMBERS_EVALUATIONS)
+  assert record.best["step"] == 1000
+  assert _kept_step(tmp_path / "exact") == 1000
+  kept = best_lib.read_best(str(tmp_path / "exact"))
+  assert kept["metric"] == "exact_match" and kept["value"] == 0.996
+  # The same evaluations by BLEU: the two metrics disagree.
+  assert _scored(tmp_path / "bleu", "bleu",
+                 NUMBERS_EVALUATIONS).best["step"] == 666
+
+
+def test_equal_values_go_to_the_lower_dev_loss(tmp_path):
+  record = _scored(tmp_path, "bleu", [(10, 0.0, 0.0, 3.0), (20, 0.0, 0.0, 2.5),
+                                      (30, 0.0, 0.0, 2.7)])
+  assert record.best["step"] == 20
+  assert _kept_step(tmp_path) == 20
+  # Equal in both: the earlier stays.
+  record.add(40, {"bleu": 0.0, "exact_match": 0.0, "loss": 2.5},
+             _checkpoint(str(tmp_path), 40))
+  assert _kept_step(tmp_path) == 20
+
+
+def test_each_dataset_names_the_metric_that_selects():
+  assert best_lib.default_metric("numbers") == "exact_match"
+  assert best_lib.default_metric("") == "bleu"  # local files
+  assert best_lib.default_metric("wmt14_translate/de-en") == "bleu"
+
+
 def test_early_stopping_counts_from_the_last_real_improvement(tmp_path):
   # +0.3 is an improvement (a new best) but below min_delta=0.5: the count
   # goes on from 25.0.
@@ -126,12 +169,21 @@ def test_best_checkpoint_names_what_is_missing(tmp_path):
     DevRecord(str(tmp_path), metric="chrf")
 
 
+# Dev scores by step, scripted so that what is kept does not rest on how
+# fast the tiny model learns on this host: step 4 ties step 2 on exact match
+# with a higher loss, and every later evaluation is worse.
+SCRIPTED_DEV = {2: (0.5, 2.0), 4: (0.5, 2.5), 6: (0.4, 1.0), 8: (0.3, 0.5)}
+
+
 def _train(model_dir, train_steps, patience):
-  # Untrained, the tiny model scores dev BLEU 0 at every evaluation: the
-  # first stays the best, and --early_stopping counts every later one.
+  """Trains for real, with dev scored by SCRIPTED_DEV; the numbers task
+  selects by exact match (`best.default_metric`)."""
   trainer = make_trainer(model_dir, train_steps=train_steps,
                          eval_every_steps=2, eval_max_sentences=8,
                          keep_checkpoints=1, early_stopping=patience)
+  trainer.evaluator = lambda step: {
+      "bleu": 0.0, "exact_match": SCRIPTED_DEV[step][0],
+      "loss": SCRIPTED_DEV[step][1]}
   run_dir.save(str(model_dir), trainer.config)
   vocabulary().save(str(model_dir))
   return trainer.train()
@@ -140,8 +192,8 @@ def _train(model_dir, train_steps, patience):
 def test_training_keeps_the_best_and_stops_early_across_a_resume(tmp_path):
   first = _train(tmp_path, 20, patience=2)
   assert first["step"] == 6 and first["stopped_early"].startswith(
-      "early stopping: dev bleu has not improved by 0 or more on 0 (step 2) "
-      "in the last 2 evaluations")
+      "early stopping: dev exact_match has not improved by 0 or more on "
+      "0.5 (step 2) in the last 2 evaluations")
   assert first["best"]["step"] == 2
   # --keep_checkpoints=1 deleted ckpt-2 from the run; best/ still has it.
   assert [os.path.basename(p) for p in tf.io.gfile.glob(
@@ -149,6 +201,7 @@ def test_training_keeps_the_best_and_stops_early_across_a_resume(tmp_path):
   best_path = best_lib.best_checkpoint(str(tmp_path))
   assert tf.train.load_checkpoint(best_path).get_tensor(
       "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 2
+  assert best_lib.read_best(str(tmp_path))["metric"] == "exact_match"
   # Resumed with more patience, it counts on from 2 evaluations: one more.
   again = _train(tmp_path, 20, patience=3)
   assert again["step"] == 8 and "in the last 3 evaluations" in (

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO, run_script
 from tf_transformer.run import main_job
+from tf_transformer.run import runner as runner_lib
 from tf_transformer.serving import export as export_lib
 
 STAGES = ["prepare", "train", "average", "export", "evaluate dev",
@@ -51,17 +52,22 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
   summary = "\n".join(main_job.summary(first))
   assert "trained    tiny model to step 30, last loss " in summary
   assert "averaged   2 checkpoints: ckpt-27, ckpt-30" in summary
-  # The export is the average or the run's best checkpoint by dev, whichever
-  # scored higher there, and the summary says which and why.
+  # The export is the average or the run's best checkpoint by the task's
+  # dev metric, whichever ranks higher there, and the summary says which,
+  # by what and why.
+  assert "--best_metric=exact_match" in announced[1][1]
   best = json.loads((work / "run" / "best" / "best.json").read_text())
-  assert best["step"] in (10, 20, 30) and best["metric"] == "bleu"
+  assert best["step"] in (10, 20, 30) and best["metric"] == "exact_match"
   export_command = dict(announced)["export"]
   if first.chosen.startswith("the best checkpoint"):
     assert f"--model_dir={work}/run --checkpoint=best" in export_command
-    assert f"step {best['step']} (dev BLEU" in first.chosen
+    assert f"step {best['step']} (dev exact match" in first.chosen
   else:
-    assert first.chosen.startswith("the average of the last 2 checkpoints")
+    assert first.chosen.startswith("the average of the last 2 checkpoints "
+                                   "(dev exact match ")
     assert f"--model_dir={work}/averaged" in export_command
+  assert first.chosen.endswith(
+      "; by dev exact match, then the lower dev loss; greedy search")
   assert f"chose      {first.chosen}" in summary
 
   # Again, as a user reruns it: the finished training and the vocabulary
@@ -165,3 +171,53 @@ def test_a_time_budget_is_checkpointed_by_time():
   # A run bounded by steps alone (the numbers task) goes by steps.
   assert main_job._cadence(main_job.TASKS["numbers"], 1000, None, 5) == (  # pylint: disable=protected-access
       100, 0, 333, 100)
+
+
+def _choice(tmp_path, monkeypatch, metric, averaged_dev, best_dev):
+  """main_job._choose between an average and a best checkpoint (step 666)
+  whose dev scores are given; returns (directory, flags, line)."""
+  run, averaged = str(tmp_path / "run"), str(tmp_path / "averaged")
+  os.makedirs(os.path.join(run, "best"), exist_ok=True)
+  with open(os.path.join(run, "best", "best.json"), "w") as f:
+    json.dump({"checkpoint": "ckpt-666", "step": 666, "metric": metric,
+               "evaluation": {"decoding": "greedy", "max_sentences": 0}}, f)
+  dev = {(averaged, None): averaged_dev, (run, "best"): best_dev}
+  monkeypatch.setattr(
+      runner_lib.Runner, "dev_scores",
+      lambda self, checkpoint=None, decoding="greedy", max_sentences=0:
+      dev[(self.model_dir, checkpoint)])
+  return main_job._choose(run, averaged, 5, metric)  # pylint: disable=protected-access
+
+
+def test_the_job_chooses_by_the_tasks_metric(tmp_path, monkeypatch):
+  """What the README's numbers job met on one host: by BLEU it exported the
+  best checkpoint (0.21 against 0.00), whose exact match was 0.818 against
+  the average's 0.996."""
+  average = {"bleu": 0.0, "exact_match": 0.996, "loss": 1.9}
+  best = {"bleu": 0.21, "exact_match": 0.818, "loss": 2.1}
+  assert main_job.TASKS["numbers"].best_metric == "exact_match"
+  assert main_job.TASKS["multi30k"].best_metric == "bleu"
+  directory, flags, line = _choice(tmp_path, monkeypatch, "exact_match",
+                                   average, best)
+  assert directory == str(tmp_path / "averaged")
+  assert flags == [f"--model_dir={tmp_path / 'averaged'}"]
+  assert line == (
+      "the average of the last 5 checkpoints (dev exact match 0.996, loss "
+      "1.9000), over the best checkpoint, step 666 (dev exact match 0.818, "
+      "loss 2.1000); by dev exact match, then the lower dev loss; greedy "
+      "search")
+  # By BLEU the same scores choose the other way.
+  directory, flags, line = _choice(tmp_path, monkeypatch, "bleu", average,
+                                   best)
+  assert flags == [f"--model_dir={tmp_path / 'run'}", "--checkpoint=best"]
+  assert line.startswith("the best checkpoint, step 666 (dev BLEU 0.21, ")
+
+
+def test_the_job_breaks_a_tie_by_dev_loss(tmp_path, monkeypatch):
+  tied = {"bleu": 0.0, "exact_match": 0.998}
+  directory, _, _ = _choice(tmp_path, monkeypatch, "exact_match",
+                            dict(tied, loss=1.95), dict(tied, loss=1.90))
+  assert directory == str(tmp_path / "run" / "best")
+  directory, _, _ = _choice(tmp_path, monkeypatch, "exact_match",
+                            dict(tied, loss=1.90), dict(tied, loss=1.95))
+  assert directory == str(tmp_path / "averaged")

@@ -359,15 +359,21 @@ class Runner:
 
   def dev_scores(self, checkpoint=None, decoding="greedy",
                  max_sentences=0) -> dict:
-    """{"bleu", "exact_match"} of `checkpoint` (default: the newest) on the
-    run's dev split, scored as training scores it (`training.evaluator`):
-    `decoding` "greedy" or "beam", the first `max_sentences` if > 0."""
+    """{"bleu", "exact_match", "loss", "nll"} of `checkpoint` (default: the
+    newest) on the run's dev split, scored as training scores it
+    (`training.evaluator`): translated by `decoding` "greedy" or "beam"
+    (the first `max_sentences` if > 0); the losses teacher forced over every
+    pair."""
     model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
                                                  method=decoding)
-    pairs = evaluator.dev_pairs(run_dir.load_spec(self.model_dir),
-                                max_sentences)
-    return evaluator.translation_scores(
-        evaluator.best_ids_fn(model, options), vocabulary, pairs)[0]
+    pairs = evaluator.dev_pairs(run_dir.load_spec(self.model_dir))
+    scores = evaluator.translation_scores(
+        evaluator.best_ids_fn(model, options), vocabulary,
+        pairs[:max_sentences] if max_sentences else pairs)[0]
+    label_smoothing = run_dir.load_config(
+        self.model_dir).training.label_smoothing
+    return dict(scores, **evaluator.teacher_forced_losses(
+        model, vocabulary, pairs, label_smoothing))
 
   def translator(self, checkpoint=None, **decoding) -> Translator:
     """An in-process translator over `checkpoint` (default: the newest)."""

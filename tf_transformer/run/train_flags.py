@@ -78,17 +78,20 @@ def define_flags():
                     "The search that translates dev for BLEU: greedy, or "
                     "the config's beam search (what the export will do; "
                     "slower).")
-  flags.DEFINE_enum("best_metric", "bleu", ["bleu", "loss"],
-                    "Keep the checkpoint with the best dev BLEU (or the "
-                    "lowest dev loss) in MODEL_DIR/best/, apart from the "
-                    "rolling --keep_checkpoints; bin/export.py "
-                    "--checkpoint=best exports it.")
+  flags.DEFINE_enum("best_metric", None, ["bleu", "exact_match", "loss"],
+                    "Keep the checkpoint with the best dev BLEU, exact "
+                    "match or the lowest dev loss (equal values: the lower "
+                    "dev loss) in MODEL_DIR/best/, apart from the rolling "
+                    "--keep_checkpoints; bin/export.py --checkpoint=best "
+                    "exports it. Default: exact_match for "
+                    "--dataset=numbers (one-word outputs: BLEU is 0), bleu "
+                    "otherwise.")
   flags.DEFINE_integer("early_stopping", 0, "Stop after this many dev "
                        "evaluations in a row without an improvement of "
                        "--best_metric by --early_stopping_min_delta; 0: "
                        "never.", lower_bound=0)
   flags.DEFINE_float("early_stopping_min_delta", 0.0, "The smallest change "
-                     "of --best_metric (BLEU points, or loss) that counts "
+                     "of --best_metric (BLEU points, exact match, or loss) that counts "
                      "as an improvement for --early_stopping.",
                      lower_bound=0.0)
   flags.DEFINE_integer("log_every_steps", 100, "Progress line period.")

@@ -3,8 +3,9 @@
 `--patience`) and Marian (`--keep-best`, `--early-stopping`) give.
 
 Every dev evaluation is appended to MODEL_DIR/evaluations.json. When one
-beats every earlier one on `metric` (dev BLEU, higher is better, or dev
-loss, lower is better), the checkpoint of its step (saved just before the
+beats every earlier one on `metric` (dev BLEU or exact match, higher is
+better, or dev loss, lower is better; equal values are ranked by the lower
+dev loss, `rank`), the checkpoint of its step (saved just before the
 evaluation) is copied into MODEL_DIR/best/, a model directory of its own
 (config, vocabulary, the checkpoint, and best.json naming its step and dev
 scores) that the rolling `--keep_checkpoints` never deletes.
@@ -18,6 +19,7 @@ it resumes from are dropped (that future is trained again).
 """
 
 import json
+import math
 import os
 from typing import Optional
 
@@ -28,7 +30,27 @@ BEST_DIR = "best"
 BEST_FILE = "best.json"
 HISTORY_FILE = "evaluations.json"
 # metric -> (the key of the evaluation's metrics, higher is better)
-METRICS = {"bleu": ("bleu", True), "loss": ("loss", False)}
+METRICS = {"bleu": ("bleu", True), "exact_match": ("exact_match", True),
+           "loss": ("loss", False)}
+METRIC_NAMES = {"bleu": "BLEU", "exact_match": "exact match", "loss": "loss"}
+
+
+def default_metric(dataset) -> str:
+  """The dev metric that selects checkpoints on `dataset` (a DataSpec's):
+  exact match on the generated `numbers` task, whose German numbers are one
+  word each (no 4-grams: BLEU is about 0 whatever the output), BLEU on
+  translation corpora."""
+  return "exact_match" if dataset == "numbers" else "bleu"
+
+
+def rank(metrics, metric) -> tuple:
+  """A key that orders dev scores (an evaluation's, or a candidate model's)
+  from worst to best by `metric`, equal values by the lower dev loss
+  (`metrics["loss"]`; none ranks last)."""
+  key, higher_is_better = METRICS[metric]
+  value = metrics[key]
+  return (value if higher_is_better else -value,
+          -metrics.get("loss", math.inf))
 
 
 def best_checkpoint(model_dir) -> str:
@@ -100,13 +122,10 @@ class DevRecord:
 
   @property
   def best(self) -> Optional[dict]:
-    best = None
-    for entry in self.history:
-      value = self._value(entry)
-      if value is not None and (best is None or self._better(
-          value, self._value(best))):
-        best = entry
-    return best
+    """The best evaluation by `rank` (of equals, the earliest)."""
+    scored = [e for e in self.history if self._value(e) is not None]
+    return max(scored, key=lambda e: rank(e["metrics"], self.metric),
+               default=None)
 
   def evaluations_without_improvement(self):
     """(count, the entry that last reset it): evaluations since the last

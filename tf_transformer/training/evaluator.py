@@ -23,6 +23,7 @@ from tf_transformer.data import sources
 from tf_transformer.decoding import text as text_decoding
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
+from tf_transformer.training import loss as loss_lib
 
 
 def dev_pairs(spec, max_sentences=0):
@@ -46,6 +47,39 @@ def translation_scores(decode_fn, vocabulary, pairs, batch_tokens=4096):
   scores = evaluation.score(hypotheses, [t for _, t in pairs])
   return {"bleu": scores["bleu"], "exact_match": scores["exact_match"]}, \
       hypotheses
+
+
+def teacher_forced_losses(model, vocabulary, pairs, label_smoothing=0.1,
+                          batch_size=64):
+  """{"loss", "nll"} per target token of `pairs` under teacher forcing: the
+  label-smoothed objective (section 5.4) and the plain negative
+  log-likelihood, as the dev line reports them.
+
+  Args:
+    model: a `Transformer`.
+    vocabulary: its `Vocabulary`.
+    pairs: (source, reference) strings.
+    label_smoothing: epsilon_ls of the loss.
+    batch_size: sentences per forward pass.
+
+  Returns:
+    {"loss": float, "nll": float}, each a mean over the references' tokens
+    (EOS included).
+  """
+  totals = np.zeros(3)
+  for start in range(0, len(pairs), batch_size):
+    chunk = pairs[start:start + batch_size]
+    source = sequences.source_ids(
+        vocabulary, tf.constant([s for s, _ in chunk])).to_tensor()
+    labels = sequences.labels(sequences.subwords(
+        vocabulary, tf.constant([t for _, t in chunk])))
+    logits = model((source, sequences.decoder_input(labels).to_tensor()),
+                   training=False)
+    totals += [float(tf.reduce_sum(x)) for x in loss_lib.token_losses(
+        labels.to_tensor(), logits, label_smoothing, jit_compile=False)]
+  loss_sum, nll_sum, tokens = totals
+  tokens = max(tokens, 1.0)
+  return {"loss": loss_sum / tokens, "nll": nll_sum / tokens}
 
 
 class Evaluator:

@@ -44,6 +44,7 @@ from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
 from tf_transformer.training.best import BEST_DIR
 from tf_transformer.training.best import DevRecord
+from tf_transformer.training.best import default_metric
 from tf_transformer.training.checkpoints import RUN_FILES
 from tf_transformer.training.checkpoints import Checkpointer
 from tf_transformer.training.checkpoints import checkpoint_paths
@@ -88,7 +89,9 @@ class TrainOptions:
   eval_every_steps: int = 1000
   eval_max_sentences: int = 0  # 0: the whole dev set
   eval_decoding: str = "greedy"  # or "beam": the config's beam search
-  best_metric: str = "bleu"  # or "loss": what MODEL_DIR/best/ keeps
+  # What MODEL_DIR/best/ keeps: "bleu", "exact_match" or "loss"; None:
+  # the dataset's (`best.default_metric`).
+  best_metric: Optional[str] = None
   early_stopping: int = 0  # evaluations without improvement; 0: never
   early_stopping_min_delta: float = 0.0
   log_every_steps: int = 100
@@ -156,7 +159,9 @@ class Trainer:
         DecodingOptions.from_config(config, method=options.eval_decoding),
         config.training.label_smoothing)
     self.dev_record = DevRecord(
-        options.model_dir, options.best_metric, options.early_stopping,
+        options.model_dir,
+        options.best_metric or default_metric(spec.dataset),
+        options.early_stopping,
         options.early_stopping_min_delta, RUN_FILES, self.is_chief,
         evaluation={"decoding": options.eval_decoding,
                     "max_sentences": options.eval_max_sentences})
