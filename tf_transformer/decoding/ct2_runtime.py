@@ -2,25 +2,42 @@
 text -> pieces -> search -> text contract as the SavedModel's `nbest`
 signature, run by CTranslate2's C++ engine.
 
-The search follows the export's `DecodingOptions`. Three settings make
-CTranslate2's beam search return what ours returns (the same best
-hypothesis on 200 of 200 numbers-task lines, against 186 with its defaults):
+The search follows the export's `DecodingOptions`. These settings make
+CTranslate2's search return what ours returns:
 - it forbids EOS at the first step by default (`min_decoding_length=1`), by
   masking the logit before its softmax: the first token's log-probability is
   then renormalized over the rest of the vocabulary, so every score came out
   higher than ours by -log(1 - P(EOS at step 0)) / the length penalty, and an
-  empty translation, which ours may return, could not be found. The gap
-  follows the model (8e-4 on one host's test model, 3.6e-3 on another's):
-  so `min_decoding_length=0`, the same search space and the model's own
+  empty translation, which ours may return, could not be found. So
+  `min_decoding_length=0`, the same search space and the model's own
   log-probabilities;
 - it normalizes a hypothesis' log-probability by |Y|^alpha, ours (GNMT's)
-  by ((5 + |Y|) / 6)^alpha: the hypotheses it returns are re-ranked by ours,
-  and their scores converted, log P(Y|X) / ((5 + |Y|) / 6)^alpha with |Y|
-  counting the EOS, so scores mean the same whichever export made them;
+  by ((5 + |Y|) / 6)^alpha, and returns only its best `num_hypotheses` by its
+  own: it is asked for every hypothesis it finished (`beam_size * patience`),
+  which are re-ranked by ours, and their scores converted, log P(Y|X) /
+  ((5 + |Y|) / 6)^alpha with |Y| counting the EOS (an output ended by the
+  length limit has none), so scores mean the same whichever export made
+  them;
 - it stops a sentence once `beam_size` hypotheses have finished, where ours
   goes on while a live hypothesis could still beat a finished one: so
   `patience=2` (search until 2 * beam_size have finished; CTranslate2's
-  option from Kasai et al., 2022).
+  option from Kasai et al., 2022);
+- our output limit is per sentence: its source subwords + EOS +
+  `max_decode_length_offset` tokens, EOS included, and an output that reaches
+  it ends there without one. CTranslate2's `max_decoding_length` counts the
+  same tokens, but per batch: it is the batch's longest limit.
+
+What stays different, each a rule of CTranslate2's search (measured on the
+test suite's numbers models in tests/test_ct2_export.py):
+- it finishes a hypothesis only when its EOS ranks among the `beam_size`
+  best candidates of a step; ours (TF Model Garden's rule) also finishes the
+  EOS candidates ranked beam_size + 1 to 2 * beam_size, so it may return a
+  better-scoring translation that CTranslate2 never finished;
+- its stopping rule (above), and PAD and BOS, which ours never outputs
+  (`special_ids.NEVER_OUTPUT`) and CTranslate2 may (its `suppress_sequences`
+  would renormalize every step, as its EOS ban does);
+- in a batch, a sentence whose output runs into its own limit (a repeating,
+  undertrained output) may run on to the batch's longest limit.
 """
 
 import json
@@ -85,18 +102,23 @@ class CT2Decoder:
     return ([len(p) for p in self.processor.encode(list(texts))],
             self.max_input_tokens)
 
+  def output_limit(self, sources):
+    """The most tokens an output of a batch of source pieces may have, EOS
+    included: the longest source + its EOS + the offset (module
+    docstring)."""
+    return (max([len(s) for s in sources], default=0) + 1
+            + self.options.max_decode_length_offset)
+
   def search_kwargs(self, sources):
     o = self.options
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
                   max_input_length=0, length_penalty=o.length_penalty_alpha,
                   min_decoding_length=0,  # see the module docstring
-                  # Our limit is per sentence (source + EOS + offset, EOS
-                  # included); CTranslate2's is per batch and excludes EOS.
-                  max_decoding_length=max(
-                      [len(s) for s in sources], default=0)
-                  + o.max_decode_length_offset)
+                  max_decoding_length=self.output_limit(sources))
     if o.method == "beam":
-      kwargs.update(beam_size=o.beam_size, patience=PATIENCE)
+      # Every hypothesis it finishes, to be ranked by ours.
+      kwargs.update(beam_size=o.beam_size, patience=PATIENCE,
+                    num_hypotheses=round(o.beam_size * PATIENCE))
     elif o.method == "greedy":
       kwargs.update(beam_size=1)
     else:
@@ -109,44 +131,50 @@ class CT2Decoder:
     return self.translator.translate_batch(sources,
                                            **self.search_kwargs(sources))
 
+  def ranked(self, result, limit):
+    """(pieces, our score) of one CTranslate2 result's hypotheses, best
+    first by our score (module docstring); `limit` the batch's
+    `output_limit`."""
+    alpha = self.options.length_penalty_alpha
+    ranked = []
+    for hypothesis, score in zip(result.hypotheses, result.scores):
+      # |Y| counts the EOS, unless the limit ended the output.
+      length = len(hypothesis) + (len(hypothesis) < limit)
+      log_prob = score * length ** alpha
+      ranked.append((hypothesis, log_prob / gnmt_penalty(length, alpha)))
+    return sorted(ranked, key=lambda pair: -pair[1])
+
   def nbest(self, texts):
     sources = self.pieces(texts)
     results = self.translate_pieces(sources) if sources else []
-    n = self.nbest_size
+    limit = self.output_limit(sources)
     translations, scores = [], []
     for result in results:
-      row_texts, row_scores = [], []
-      for hypothesis, score in zip(result.hypotheses, result.scores):
-        length = len(hypothesis) + 1  # and the EOS
-        alpha = self.options.length_penalty_alpha
-        log_prob = score * length ** alpha
-        row_texts.append(self.processor.decode(hypothesis).encode("utf-8"))
-        row_scores.append(log_prob / gnmt_penalty(length, alpha))
-      order = np.argsort(row_scores)[::-1]
-      translations.append([row_texts[i] for i in order][:n])
-      scores.append([row_scores[i] for i in order][:n])
+      best = self.ranked(result, limit)[:self.nbest_size]
+      translations.append([self.processor.decode(h).encode("utf-8")
+                           for h, _ in best])
+      scores.append([score for _, score in best])
     return translations, scores
 
-  def translate_with_prefix(self, texts, prefixes):
-    """(best translations, scores) that start with `prefixes`
-    (CTranslate2's `target_prefix`), scored as `nbest` scores."""
+  def prefix_pieces(self, texts, prefixes):
+    """[(pieces, score)]: the best output of each text that starts with its
+    prefix (CTranslate2's `target_prefix`), scored as `nbest` scores."""
     sources = self.pieces(texts)
     if not sources:
-      return [], []
+      return []
     longest = self.max_input_tokens + self.options.max_decode_length_offset
     forced = [p[:longest] for p in self.processor.encode(list(prefixes),
                                                          out_type=str)]
-    kwargs = dict(self.search_kwargs(sources), num_hypotheses=1)
-    results = self.translator.translate_batch(sources, target_prefix=forced,
-                                              **kwargs)
-    alpha = self.options.length_penalty_alpha
-    translations, scores = [], []
-    for result in results:
-      hypothesis, score = result.hypotheses[0], result.scores[0]
-      length = len(hypothesis) + 1  # and the EOS
-      translations.append(self.processor.decode(hypothesis).encode("utf-8"))
-      scores.append(score * length ** alpha / gnmt_penalty(length, alpha))
-    return translations, scores
+    results = self.translator.translate_batch(
+        sources, target_prefix=forced, **self.search_kwargs(sources))
+    limit = self.output_limit(sources)
+    return [self.ranked(result, limit)[0] for result in results]
+
+  def translate_with_prefix(self, texts, prefixes):
+    """(best translations, scores) that start with `prefixes`."""
+    best = self.prefix_pieces(texts, prefixes)
+    return ([self.processor.decode(h).encode("utf-8") for h, _ in best],
+            [score for _, score in best])
 
   def token_log_probs(self, texts, targets):
     """log P(y_t | y_<t, X) of each target piece and of the EOS, teacher

@@ -1,0 +1,241 @@
+"""A reference for comparing two searches over one model: beam search and
+greedy decoding in NumPy over the model's teacher-forced log-probabilities
+(float64 from its float32 logits), by the rules of our search
+(decoding/beam_search.py, decoding/greedy.py) or of CTranslate2's (its
+decoding.cc, called as decoding/ct2_runtime.py calls it), recording how near
+each decision came to going the other way.
+
+Why a line may differ between two implementations of one search: per token,
+each engine's log-probability is within EPSILON of this reference's (measured
+on the suite's numbers models: our cached step within 8e-7, CTranslate2
+within 6e-6, with logits up to about 10, whose float32 spacing is about
+1e-6; EPSILON leaves a margin of 3 over the larger). A decision between
+hypotheses of t tokens compares sums of t such values, which each engine may
+shift by t * EPSILON; a decision between two tokens after one prefix (greedy)
+compares single values. So where a decision's margin (the gap between what
+was chosen and what was not) is below 2 * t * EPSILON, float32 rounding can
+tip it, and the two searches may go apart from there on (beam search is not
+monotone: what follows can differ by any amount). `Result.near_tie` says
+whether any decision of a line's search was that close. A line that differs
+between two implementations of the same rules without one is a bug.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
+
+EPSILON = 2e-5
+RULES = ("ours", "ctranslate2")
+CT2_PATIENCE = 2  # decoding/ct2_runtime.PATIENCE
+
+
+def gnmt_penalty(length, alpha):
+  return ((5.0 + length) / 6.0) ** alpha
+
+
+@dataclasses.dataclass
+class Result:
+  tokens: tuple  # the best output's ids, its EOS left out
+  score: float  # log P(Y|X) / GNMT's lp(|Y|), |Y| counting the EOS if any
+  near_tie: bool  # a decision was within float32 rounding (module docstring)
+  margin: float  # the smallest margin / (2 * t) of its decisions
+
+
+class _Search:
+  """One sentence's search, advanced a step at a time by `advance`."""
+
+  def __init__(self, rules, beam_size, alpha, limit):
+    self.rules, self.k, self.alpha, self.limit = rules, beam_size, alpha, limit
+    self.alive = [((), 0.0)]  # (tokens, log P)
+    self.finished = []  # (tokens with their EOS, log P, score)
+    self.count = 0  # ours: finished among the top k candidates
+    self.t = 0  # the live hypotheses' length
+    self.done = False
+    self.margin = math.inf
+
+  def _note(self, gap, tokens):
+    self.margin = min(self.margin, abs(gap) / (2 * max(tokens, 1)))
+
+  def _ends(self, token, t):
+    return token == EOS_ID or t >= self.limit
+
+  def _finish(self, tokens, log_prob):
+    self.finished.append((tokens, log_prob,
+                          log_prob / gnmt_penalty(len(tokens), self.alpha)))
+
+  def candidates(self, log_probs):
+    """(log P, live slot, token) of the best 2k continuations, best first;
+    notes the margins between neighbours among the best 2k + 1."""
+    totals = log_probs + np.array([p for _, p in self.alive])[:, None]
+    if self.rules == "ours":
+      totals[:, list(NEVER_OUTPUT)] = -np.inf
+    flat = totals.ravel()
+    order = np.argsort(-flat, kind="stable")[:2 * self.k + 1]
+    ranked = [(flat[i], i // totals.shape[1], i % totals.shape[1])
+              for i in order if np.isfinite(flat[i])]
+    if self.k == 1:  # greedy: two tokens after one prefix
+      if len(ranked) > 1:
+        self._note(ranked[0][0] - ranked[1][0], 1)
+    else:
+      for a, b in zip(ranked, ranked[1:]):
+        self._note(a[0] - b[0], self.t + 1)
+    return ranked[:2 * self.k]
+
+  def advance(self, log_probs):
+    """One step from the live hypotheses' next-token log-probabilities
+    [live, vocab]."""
+    t = self.t + 1  # the candidates' length
+    ranked = self.candidates(log_probs)
+    grow = lambda slot, token: self.alive[slot][0] + (int(token),)
+    if self.k == 1:  # greedy: the best token (of those allowed)
+      log_prob, slot, token = ranked[0]
+      self.alive = [(grow(slot, token), log_prob)]
+      if self._ends(token, t):
+        self._finish(*self.alive[0])
+    elif self.rules == "ours":
+      self._advance_ours(ranked, grow, t)
+    else:
+      self._advance_ct2(ranked, grow, t)
+    self.t = t
+    self.done = self.done or bool(self.finished and self.k == 1) or (
+        t >= self.limit)
+
+  def _advance_ours(self, ranked, grow, t):
+    """Every ending candidate of the 2k finishes; the best k others live on;
+    the three stopping rules of decoding/beam_search.py."""
+    k = self.k
+    for rank, (log_prob, slot, token) in enumerate(ranked):
+      if self._ends(token, t):
+        self._finish(grow(slot, token), log_prob)
+        self.count += rank < k
+    self.alive = [(grow(slot, token), log_prob)
+                  for log_prob, slot, token in ranked
+                  if not self._ends(token, t)][:k]
+    self.finished = sorted(self.finished, key=lambda f: -f[2])[:k]
+    scores = [f[2] for f in self.finished]
+    best_alive = self.alive[0][1] if self.alive else -math.inf
+    worst_finished = scores[k - 1] if len(scores) >= k else -math.inf
+    reach = best_alive / gnmt_penalty(self.limit, self.alpha)
+    if math.isfinite(worst_finished) and math.isfinite(best_alive):
+      self._note(worst_finished - reach, t)
+    hopeless = worst_finished >= reach
+    enough = False
+    if self.count >= k and math.isfinite(best_alive):
+      now = best_alive / gnmt_penalty(t, self.alpha)
+      self._note(scores[0] - now, t)
+      enough = scores[0] >= now
+    self.done = enough or hopeless or not self.alive
+
+  def _advance_ct2(self, ranked, grow, t):
+    """An ending candidate among the best k finishes, and the next non-EOS
+    candidate of ranks k + 1 to 2k takes its place; done once k * patience
+    have finished."""
+    k = self.k
+    alive, secondary = [], k
+    for log_prob, slot, token in ranked[:k]:
+      if self._ends(token, t):
+        self._finish(grow(slot, token), log_prob)
+        for j in range(secondary, len(ranked)):
+          if ranked[j][2] != EOS_ID:
+            log_prob, slot, token = ranked[j]
+            secondary = j + 1
+            break
+      alive.append((grow(slot, token), log_prob))
+    self.alive = alive
+    self.done = len(self.finished) >= round(k * CT2_PATIENCE)
+
+  def result(self):
+    if self.rules == "ctranslate2" and self.k > 1:
+      # It returns its best k * patience by log P / |Y|^alpha, which
+      # ct2_runtime re-ranks by GNMT's penalty.
+      by_its_own = sorted(self.finished, key=lambda f: -f[1] / len(f[0])
+                          ** self.alpha)
+      kept = round(self.k * CT2_PATIENCE)
+      if len(by_its_own) > kept:
+        own = lambda f: f[1] / len(f[0]) ** self.alpha
+        self._note(own(by_its_own[kept - 1]) - own(by_its_own[kept]),
+                   self.limit)
+      candidates = by_its_own[:kept]
+    else:
+      candidates = self.finished
+    ranked = sorted(candidates, key=lambda f: -f[2])
+    if len(ranked) > 1:
+      self._note(ranked[0][2] - ranked[1][2],
+                 max(len(ranked[0][0]), len(ranked[1][0])))
+    tokens, _, score = ranked[0]
+    tokens = tokens[:-1] if tokens[-1:] == (EOS_ID,) else tokens
+    margin = self.margin
+    return Result(tuple(int(t) for t in tokens), float(score),
+                  margin < EPSILON, margin)
+
+
+def _padded(rows, width, multiple=16):
+  """A [rows', width'] PAD array: rows' the next power of 2, width' the
+  next multiple of `multiple`, so that the model (its XLA attention) meets
+  a few shapes rather than one a step."""
+  height = 1 << (rows - 1).bit_length()
+  return np.full((height, -(-width // multiple) * multiple), PAD_ID,
+                 np.int32)
+
+
+def next_log_probs(model, sources, prefixes):
+  """float64 [rows, vocab]: log P(next token | prefix, source), teacher
+  forced through `model` (its float32 logits)."""
+  source = _padded(len(sources), max(len(s) for s in sources))
+  target = _padded(len(prefixes), max(len(p) for p in prefixes) + 1)
+  source[len(sources):, 0] = EOS_ID  # filler rows: one-token sentences
+  for row, (ids, prefix) in enumerate(zip(sources, prefixes)):
+    source[row, :len(ids)] = ids
+    target[row, :len(prefix) + 1] = (BOS_ID,) + tuple(prefix)
+  logits = model((tf.constant(source), tf.constant(target)), training=False)
+  positions = np.zeros(len(target), np.int32)
+  positions[:len(prefixes)] = [len(p) for p in prefixes]
+  last = tf.gather(logits, positions, batch_dims=1).numpy()[:len(prefixes)]
+  last = last.astype(np.float64)
+  top = last.max(-1, keepdims=True)
+  return last - (top + np.log(np.sum(np.exp(last - top), -1,
+                                     keepdims=True)))
+
+
+def _without_xla(model):
+  """A copy of `model` with the same weights whose attention runs without
+  XLA (compiled per shape, XLA made the reference's many small calls slow);
+  the same values to float32 rounding."""
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer import build_model
+  copy = build_model(model.config.replace(xla_attention=False))
+  copy.set_weights(model.get_weights())
+  return copy
+
+
+def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
+           max_length_offset=50, known=None):
+  """[Result] of each source (ids ending in EOS), by `rules` ("ours" or
+  "ctranslate2"); `beam_size` 1 is greedy decoding. Each output has at most
+  its source's length + `max_length_offset` tokens, EOS included. `known`:
+  a dict of log-probabilities already computed ((source index, prefix) ->
+  [vocab]), shared by searches of the same model and sources, filled in."""
+  if rules not in RULES:
+    raise ValueError(f"rules={rules!r}: one of {RULES}")
+  known = {} if known is None else known
+  copy = None
+  searches = [_Search(rules, beam_size, alpha, len(s) + max_length_offset)
+              for s in sources]
+  while True:
+    active = [(i, s) for i, s in enumerate(searches) if not s.done]
+    if not active:
+      return [s.result() for s in searches]
+    rows = [(i, tokens) for i, s in active for tokens, _ in s.alive]
+    missing = list(dict.fromkeys(r for r in rows if r not in known))
+    if missing:
+      copy = copy or _without_xla(model)
+      for row, values in zip(missing, next_log_probs(
+          copy, [sources[i] for i, _ in missing],
+          [tokens for _, tokens in missing])):
+        known[row] = values
+    for i, s in active:
+      s.advance(np.stack([known[(i, tokens)] for tokens, _ in s.alive]))
