@@ -115,7 +115,10 @@ class _Search:
     self.alive = [(grow(slot, token), log_prob)
                   for log_prob, slot, token in ranked
                   if not self._ends(token, t)][:k]
-    self.finished = sorted(self.finished, key=lambda f: -f[2])[:k]
+    self.finished = sorted(self.finished, key=lambda f: -f[2])
+    if len(self.finished) > k:  # which k stay
+      self._note(self.finished[k - 1][2] - self.finished[k][2], t)
+    self.finished = self.finished[:k]
     scores = [f[2] for f in self.finished]
     best_alive = self.alive[0][1] if self.alive else -math.inf
     worst_finished = scores[k - 1] if len(scores) >= k else -math.inf
@@ -163,9 +166,8 @@ class _Search:
     else:
       candidates = self.finished
     ranked = sorted(candidates, key=lambda f: -f[2])
-    if len(ranked) > 1:
-      self._note(ranked[0][2] - ranked[1][2],
-                 max(len(ranked[0][0]), len(ranked[1][0])))
+    for a, b in zip(ranked, ranked[1:]):  # the n-best's order
+      self._note(a[2] - b[2], max(len(a[0]), len(b[0])))
     tokens, _, score = ranked[0]
     tokens = tokens[:-1] if tokens[-1:] == (EOS_ID,) else tokens
     margin = self.margin
@@ -207,7 +209,8 @@ def _without_xla(model):
   the same values to float32 rounding."""
   # pylint: disable=g-import-not-at-top
   from tf_transformer import build_model
-  copy = build_model(model.config.replace(xla_attention=False))
+  copy = build_model(model.config.replace(xla_attention=False),
+                     model.dtype_policy.name)
   copy.set_weights(model.get_weights())
   return copy
 
@@ -239,3 +242,48 @@ def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
         known[row] = values
     for i, s in active:
       s.advance(np.stack([known[(i, tokens)] for tokens, _ in s.alive]))
+
+
+def assert_near_ties(model, sources, lines, beam_size=4, alpha=0.6,
+                     max_length_offset=50, why=lambda line: "",
+                     epsilon=lambda line: EPSILON):
+  """Asserts that the reference search by our rules meets a near-tie on each
+  of `lines` (indices into `sources`): a decision whose margin is within
+  `epsilon(line)` per token (float32 rounding by default), the only cause
+  two implementations of one search can differ by there (module
+  docstring)."""
+  if not lines:
+    return
+  results = search(model, [sources[line] for line in lines], "ours",
+                   beam_size, alpha, max_length_offset)
+  for line, result in zip(lines, results):
+    assert result.margin < epsilon(line), (
+        f"line {line} differs with no decision within {epsilon(line):.2g} "
+        f"a token: {why(line)} (reference: {result})")
+
+
+def rounding_between(model, other, source, hypotheses):
+  """The largest |log P_other - log P_model| of any token after any prefix
+  of `hypotheses` (id lists, EOS left out) given `source`: how far `other`'s
+  rounding (a bfloat16 copy of `model`) moves what two searches weighed
+  along those paths."""
+  prefixes = list(dict.fromkeys(tuple(h[:t]) for h in hypotheses
+                                for t in range(len(h) + 1)))
+  sources = [source] * len(prefixes)
+  return float(np.max(np.abs(
+      next_log_probs(_without_xla(model), sources, prefixes)
+      - next_log_probs(_without_xla(other), sources, prefixes))))
+
+
+def lines_apart(model, sources, first, second, beam_size=4, alpha=0.6,
+                max_length_offset=50):
+  """The lines where two runs of our search over `model` (each line's
+  n-best outputs, as lists of ids) differ, each asserted to be a near-tie
+  (`assert_near_ties`)."""
+  strip = lambda ids: tuple(int(t) for t in ids if t != PAD_ID)
+  apart = [line for line, (a, b) in enumerate(zip(first, second))
+           if [strip(x) for x in a] != [strip(x) for x in b]]
+  assert_near_ties(model, sources, apart, beam_size, alpha,
+                   max_length_offset,
+                   lambda line: f"{first[line]} against {second[line]}")
+  return apart

@@ -8,10 +8,14 @@ import subprocess
 import sys
 
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_utils
 
 from conftest import run_script
+import search_reference
+from tf_transformer.run import run_dir
+from tf_transformer.special_ids import EOS_ID
 from tf_transformer import get_config
 from tf_transformer.benchmark import decoding_speed, timing
 
@@ -154,10 +158,24 @@ def test_serving_section_compares_exports_with_ctranslate2(
     assert row["output_tokens_per_second"] > row["sentences_per_second"]
     assert 0 <= row["bleu"] <= 100
   assert rows["file", "ct2_float32"]["sentences_per_second_vs_ct2_float32"] == 1
-  assert rows["sorted", "savedmodel"]["identical_to_ours"] == 1
-  # The same weights and search: CTranslate2 agrees with the SavedModel.
-  assert rows["file", "ct2_float32"]["identical_to_ours"] >= 0.75
-  assert rows["file", "savedmodel_bfloat16"]["identical_to_ours"] >= 0.75
+  for row in rows.values():
+    unlike = row["lines_unlike_ours"]
+    assert row["identical_to_ours"] == 1 - len(unlike) / len(pairs)
+    assert set(unlike) <= set(range(len(pairs)))
+  assert rows["file", "savedmodel"]["lines_unlike_ours"] == []
+  # The same search, batched otherwise (and in parts): apart only where
+  # float32 rounding can tip a decision. (CTranslate2's search has other
+  # rules, and bfloat16 other rounding: tests/test_ct2_export.py,
+  # tests/test_model_policy.py.)
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  sources = [ids + [EOS_ID] for ids in processor.encode([s for s, _ in pairs])]
+  for order, decoder in (("sorted", "savedmodel"), ("file", "savedmodel_parts"),
+                         ("sorted", "savedmodel_parts")):
+    search_reference.assert_near_ties(
+        model, sources, rows[order, decoder]["lines_unlike_ours"],
+        alpha=model.config.decoding.length_penalty_alpha,
+        max_length_offset=model.config.decoding.max_decode_length_offset)
   latency = {r["decoder"]: r for r in serving["latency"]}
   assert latency["ct2_float32"]["p50_ms_vs_ct2_float32"] == 1
   assert all(r["sentences"] == 3 and r["p90_ms"] >= r["p50_ms"] > 0

@@ -60,7 +60,8 @@ def test_outputs_start_with_the_prefix_and_keep_the_models_scores(
   assert all(t.startswith(p) for t, p in zip(translations, prefixes))
   plain = loaded.signatures["serving_default"](text=_strings(SOURCES))
   # Wrong prefixes cost probability (not on every line: beam search is
-  # not exact, and a forced start can lead it to a better hypothesis).
+  # not exact, and a forced start can lead it to a better hypothesis; 5.0
+  # to 6.4 a sentence on average on 9 numbers models).
   assert np.mean(out["score"]) < np.mean(plain["score"]) - 1.0
 
   # The same search in process, as the export was made (beam 4, inputs
@@ -92,9 +93,12 @@ def test_outputs_start_with_the_prefix_and_keep_the_models_scores(
                                       target=out["translation"])
   resegmented = sequences.labels(sequences.subwords(
       module.tokenizer, out["translation"]))
+  np.testing.assert_allclose(
+      scored["log_prob"],
+      tf.reduce_sum(token_log_probs(model, source_ids, resegmented), 1),
+      atol=1e-4)
   same = [list(a) == list(b) for a, b in
           zip(resegmented.to_list(), target.to_list())]
-  assert sum(same) >= len(same) // 2
   penalty = length_penalty(tf.cast(scored["lengths"], tf.float32), 0.6)
   np.testing.assert_allclose(
       np.asarray(out["score"])[same],

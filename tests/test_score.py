@@ -57,7 +57,10 @@ def test_equals_the_models_teacher_forced_log_probs(trained_numbers_run,
   np.testing.assert_allclose(out["log_prob"],
                              out["token_log_probs"].sum(axis=1), atol=1e-5)
   right, wrong = np.split(out["log_prob"], 2)
-  assert np.mean(right > wrong) > 0.9  # the trained model knows its task
+  # The trained model knows its task: its references are far likelier than
+  # another pair's (by 24.6-31.3 nats on average on 9 numbers models, where
+  # the share of pairs so ordered, 23 or 24 of 24, rested on a line or two).
+  assert np.mean(right) > np.mean(wrong) + 1.0
   assert np.all(out["log_prob"] < 0)
 
 

@@ -202,8 +202,10 @@ def summarize(results, settings: Settings, vocabulary_path):
                    seconds=measured["seconds"])
         if OURS in by_decoder:
           ours = by_decoder[OURS]["orders"]["file"]["outputs"]
-          row["identical_to_ours"] = sum(
-              a == b for a, b in zip(outputs, ours)) / n
+          row["lines_unlike_ours"] = [
+              line for line, (a, b) in enumerate(zip(outputs, ours))
+              if a != b]
+          row["identical_to_ours"] = 1 - len(row["lines_unlike_ours"]) / n
         if settings.references:
           row["bleu"] = sacrebleu.corpus_bleu(
               outputs, [settings.references]).score
