@@ -256,8 +256,22 @@ def test_export_translates_like_the_in_process_search(model_dir, exported):
   expected = [t.decode() for t in vocab.detokenize(ids[:, 0]).numpy()]
   loaded = tf.saved_model.load(str(exported))
   out = loaded.signatures["serving_default"](text=tf.constant(texts))
-  assert [t.decode() for t in out["translation"].numpy()] == expected
-  np.testing.assert_allclose(out["score"], scores[:, 0], rtol=1e-4)
+  got = [t.decode() for t in out["translation"].numpy()]
+  same = _same_but_near_ties(model, vocab, texts, expected, got, 10)
+  np.testing.assert_allclose(np.asarray(out["score"])[same],
+                             scores.numpy()[same, 0], rtol=1e-4)
+
+
+def _same_but_near_ties(model, vocab, texts, first, second, offset):
+  """The lines where two searches' translations agree, asserting that the
+  others differ only where rounding can tip a decision (beam 4, alpha
+  0.6)."""
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  apart = search_reference.lines_apart(
+      model, [ids + [EOS_ID] for ids in processor.encode(texts)],
+      [[processor.encode(t)] for t in first],
+      [[processor.encode(t)] for t in second], max_length_offset=offset)
+  return [line not in apart for line in range(len(texts))]
 
 
 def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
@@ -272,13 +286,16 @@ def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
   # Requests of any size (padded to buckets inside) translate as without XLA.
   xla = tf.saved_model.load(str(tmp_path / "xla" / "1"))
   plain = tf.saved_model.load(str(exported))
+  model, vocab = run_dir.load_trained_model(str(model_dir))
   texts = ["four hundred and twenty-one", "seven", "twelve thousand and six"]
   for batch in (texts, texts[:1]):
     want = plain.signatures["serving_default"](text=tf.constant(batch))
     got = xla.signatures["serving_default"](text=tf.constant(batch))
-    assert got["translation"].numpy().tolist() == (
-        want["translation"].numpy().tolist())
-    np.testing.assert_allclose(got["score"], want["score"], rtol=1e-4)
+    decoded = lambda out: [t.decode() for t in out["translation"].numpy()]
+    same = _same_but_near_ties(model, vocab, batch, decoded(want),
+                               decoded(got), 10)
+    np.testing.assert_allclose(np.asarray(got["score"])[same],
+                               np.asarray(want["score"])[same], rtol=1e-4)
 
 
 def test_xla_export_refuses_decode_parts(model_dir, tmp_path):
