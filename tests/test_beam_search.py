@@ -105,8 +105,7 @@ def test_never_emits_pad_or_bos_even_when_they_score_best():
 
   def symbols_to_logits(ids, step, cache):
     del step
-    return tf.tile(preference[tf.newaxis, tf.newaxis],
-                   [tf.shape(ids)[0], 1, 1]), cache
+    return tf.tile(preference[tf.newaxis], [tf.shape(ids)[0], 1]), cache
   ids, scores = beam_search.beam_search(
       symbols_to_logits, {}, 2, tf.constant([6, 6]), 6, beam_size=4,
       alpha=0.6, reorder_cache=lambda cache, parents: cache)

@@ -14,6 +14,7 @@ from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import DecodingOptions, decode
 from tf_transformer.decoding.search import decode_in_parts
+from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
@@ -148,7 +149,7 @@ def test_stored_step_weights_decode_the_same(model, method):
                             max_decode_length_offset=6)
   stored = tf.nest.map_structure(
       lambda w: None if w is None else tf.Variable(w),
-      model.step_weights(SOURCES.shape[1] + 8))
+      Step(model).prepare(SOURCES.shape[1] + 8))
   assert stored.output_kernel.shape == (model.config.model.d_model,
                                         model.config.model.vocab_size)
   plain = tf.function(lambda s: decode_in_parts(model, s, options, 2))

@@ -12,6 +12,8 @@ import tensorflow as tf
 from tf_transformer import build_model, get_config
 from tf_transformer.decoding import search
 from tf_transformer.decoding.ensemble import Ensemble
+from tf_transformer.decoding.ensemble import EnsembleStep
+from tf_transformer.decoding.step import Step
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.data import prepare
 from tf_transformer.run import loading
@@ -65,17 +67,15 @@ def test_each_step_combines_the_members_distributions(average):
       return np.mean(log_probs, axis=0)
     return np.log(np.mean(np.exp(log_probs), axis=0))
 
-  memory, source_mask = ensemble.encode(SOURCE)
-  cache = ensemble.initial_cache(memory, 8, group_size=2)
   ids = tf.fill([4, 1], BOS_ID)
-  got, _ = ensemble.decode_step(ids, 0, cache, source_mask,
-                                ensemble.step_weights(8))
-  expected = []
-  for member in members:
-    memory, _ = member.encode(SOURCE)
-    logits, _ = member.decode_step(ids, 0, member.initial_cache(memory, 8, 2),
-                                   source_mask, member.step_weights(8))
-    expected.append(tf.nn.log_softmax(logits).numpy())
+
+  def first_step(step):
+    weights = step.prepare(8)
+    memory, source_mask = step.encode(SOURCE)
+    return step(ids, 0, step.initial_cache(weights, memory, 8, 2),
+                source_mask, weights)[0]
+  got = first_step(EnsembleStep(ensemble))
+  expected = [tf.nn.log_softmax(first_step(Step(m))).numpy() for m in members]
   np.testing.assert_allclose(got, combined(expected), atol=1e-5)
 
   target_in = tf.constant([[BOS_ID, 5, 6], [BOS_ID, 7, PAD_ID]])

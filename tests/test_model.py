@@ -1,5 +1,5 @@
-"""The Transformer model: masks, cached decoding = teacher forcing, fit,
-serialization, XLA switch."""
+"""The Transformer model: masks, fit, serialization, XLA switch (its
+decoding step: tests/test_step.py)."""
 
 import keras
 import numpy as np
@@ -55,39 +55,6 @@ def test_future_and_padded_target_tokens_change_nothing_before_them():
   after = model((SOURCE, future)).numpy()
   np.testing.assert_allclose(after[:, :3], before[:, :3], atol=1e-5)
   assert not np.allclose(after[:, 3:], before[:, 3:], atol=1e-4)
-
-
-@pytest.mark.parametrize("overrides", [
-    "", "norm_position=pre,positional_encoding=learned",
-    "share_embeddings=false", "xla_attention=false,d_k=8,d_v=24"])
-def test_cached_decoding_equals_teacher_forcing(overrides):
-  model = _model(overrides)
-  memory, source_mask = model.encode(SOURCE)
-  full = model.decode(TARGET_IN, memory, source_mask).numpy()
-  cache = model.initial_cache(memory, max_length=10)
-  for step in range(TARGET_IN.shape[1]):
-    logits, cache, _ = model.cached_step(TARGET_IN[:, step:step + 1], step,
-                                         cache, source_mask)
-    for row, length in enumerate(TARGET_LENGTHS):
-      if step < length:
-        np.testing.assert_allclose(logits[row, 0], full[row, step], atol=1e-5)
-
-
-def test_cached_step_compiles_once_with_xla():
-  model = _model()
-  memory, source_mask = model.encode(SOURCE)
-  full = model.decode(TARGET_IN, memory, source_mask).numpy()
-
-  @tf.function(jit_compile=True)
-  def decode_step(ids, step, cache):
-    return model.cached_step(ids, step, cache, source_mask)[:2]
-
-  cache = model.initial_cache(memory, max_length=8)
-  for step in range(4):
-    logits, cache = decode_step(TARGET_IN[:, step:step + 1],
-                                tf.constant(step), cache)
-    np.testing.assert_allclose(logits[:, 0], full[:, step], atol=1e-5)
-  assert decode_step.experimental_get_tracing_count() == 1
 
 
 def test_xla_attention_switch_keeps_the_outputs():

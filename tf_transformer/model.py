@@ -4,14 +4,8 @@
     logits = model.decode(target_input_ids, memory, source_mask)
     logits = model((source_ids, target_input_ids))          # teacher forcing
 
-Incremental decoding, one position at a time with static shapes (for
-`group_size` hypotheses per sentence, ids_at_step has batch * group_size rows):
-
-    cache = model.initial_cache(memory, max_length, group_size=1)
-    weights = model.step_weights(max_length)      # once per search
-    logits, cache = model.decode_step(ids_at_step, step, cache, source_mask,
-                                      weights)
-    cache = model.reorder_cache(cache, parents)  # beam search
+A search decodes one position at a time with `decoding/step.py`, from the
+weights that `model.named_weights()` hands over (`layers/named_weights.py`).
 
 Token ids use `special_ids`: PAD_ID is masked everywhere; the decoder input is
 the target shifted right behind BOS_ID.
@@ -21,8 +15,8 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.config import TransformerConfig
-from tf_transformer.layers import fused_step
 from tf_transformer.layers import masks
+from tf_transformer.layers import named_weights
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.embedding import SharedEmbedding
@@ -105,9 +99,9 @@ class Transformer(keras.Model):
       if hasattr(layer, "arguments"):
         layer.arguments["xla_attention"] = bool(enabled)
 
-  def _embed(self, embedding, positions, dropout, ids, start=0, training=None):
+  def _embed(self, embedding, positions, dropout, ids, training=None):
     """Token embedding times sqrt(d_model), plus positions, then dropout (5.4)."""
-    return dropout(positions(embedding(ids), start=start), training=training)
+    return dropout(positions(embedding(ids)), training=training)
 
   def encode(self, source_ids, training=None, return_attention_scores=False):
     """Returns (memory [batch, source_length, d_model], source padding mask);
@@ -120,11 +114,6 @@ class Transformer(keras.Model):
     if return_attention_scores:
       return outputs[0], source_mask, outputs[1]
     return outputs, source_mask
-
-  def initial_cache(self, memory, max_length, group_size=1):
-    """Decoder cache for `max_length` target positions of `group_size`
-    hypotheses per sentence of this memory (`Decoder.initial_cache`)."""
-    return self.decoder.initial_cache(memory, max_length, group_size)
 
   def decode(self, target_input_ids, memory, source_mask, training=None,
              return_attention_scores=False):
@@ -140,50 +129,21 @@ class Transformer(keras.Model):
       return self._logits(outputs[0]), outputs[1]
     return self._logits(outputs)
 
-  def cached_step(self, ids, step, cache, source_mask):
-    """The Keras layers' incremental step: (logits [rows, 1, vocab_size]
-    float32, the cache, per-layer attention weights) for `ids` [batch *
-    group_size, 1], the tokens at position `step`, with the cache of
-    `initial_cache` and `source_mask` [batch, source_length]. The step
-    consumes `cache`. `decode` with a cache, one position at a time: the
-    path that gives attention weights; a search runs `decode_step`, the
-    same function in fewer kernels."""
-    x = self._embed(self.target_embedding, self.target_positions,
-                    self.target_dropout, ids, start=step)
-    x, cache, weights = self.decoder.cached_step(x, cache, step, source_mask)
-    return self._logits(x), cache, weights
-
   def _logits(self, x):
     return tf.cast(self.output_embedding.logits(x), tf.float32)
 
-  def reorder_cache(self, cache, parents):
-    """For beam search: row (b, j) continues the hypothesis in slot
-    `parents[b, j]` (`Decoder.reorder_cache`)."""
-    return self.decoder.reorder_cache(cache, parents)
-
-  def select_sentences(self, cache, sentences):
-    """The cache of the sentences at positions `sentences` [n] only
-    (`Decoder.select_sentences`)."""
-    return self.decoder.select_sentences(cache, sentences)
-
-  def cache_sentence_axes(self, cache):
-    """The cache's structure with each entry's sentence axis."""
-    return self.decoder.sentence_axes(cache)
-
-  def step_weights(self, max_positions):
-    """The weights of `decode_step` (`layers/fused_step.StepWeights`) for
-    outputs of up to `max_positions` tokens, as tensors computed from the
-    model's variables: prepare them once per search, or once per export."""
-    return fused_step.prepare(self, max_positions)
-
-  def decode_step(self, ids, step, cache, source_mask, weights):
-    """One incremental decoding step as a search runs it: (logits [rows,
-    vocab] float32, cache) for `ids` [rows, 1] at position `step`, with
-    `weights` from `step_weights`. The same function as `decode` with a
-    cache (tests/test_fused_step.py), in fewer, fused kernels
-    (`layers/fused_step.py`); the step consumes `cache`."""
-    return fused_step.decoder_step(weights, fused_step.shape_of(self), ids,
-                                   step, cache, source_mask)
+  def named_weights(self) -> named_weights.Model:
+    """Every weight of the model, by role (`layers/named_weights.py`)."""
+    c = self.config.model
+    return named_weights.Model(
+        self.source_embedding.named_weights(),
+        self.target_embedding.named_weights(),
+        self.output_embedding.named_weights(),
+        self.source_embedding.multiplier,
+        self.source_positions.named_weights(),
+        self.target_positions.named_weights(),
+        self.encoder.named_weights(), self.decoder.named_weights(),
+        c.norm_position, c.layer_norm_epsilon)
 
   def call(self, inputs, training=None):
     source_ids, target_input_ids = inputs

@@ -23,7 +23,7 @@ from tf_transformer.benchmark.timing import median_seconds
 from tf_transformer.data import sequences
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
-from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
+from tf_transformer.decoding.cache import BLOCK_LENGTH
 from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.serving import export as export_lib
 from tf_transformer.special_ids import PAD_ID
@@ -109,7 +109,7 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
   """Seconds per output token around each output length n: (T(n) -
   T(n / 2)) / (n / 2), with T the time to translate one batch whose outputs
   all have that length. With the cache a step's cost grows only by
-  attention's read of the positions decoded so far (`decoding_cache`).
+  attention's read of the positions decoded so far (`decoding/cache.py`).
   Measured on the export's graph code in-process (one module per length;
   exporting each would only add saving time).
 

@@ -191,7 +191,7 @@ def cache_read_section(o, config, steps):
   matmuls read it."""
   # pylint: disable=g-import-not-at-top
   from tf_transformer.benchmark import decoding_speed, timing
-  from tf_transformer.layers.decoding_cache import BLOCK_LENGTH
+  from tf_transformer.decoding.cache import BLOCK_LENGTH
   import tensorflow as tf
   speeds = {dtype: timing.read_bandwidth(
       o.bandwidth_megabytes, config.model.d_k, 4, 4 * BLOCK_LENGTH, o.runs,

@@ -48,7 +48,7 @@ def read_bandwidth(megabytes=256, depth=64, group=4, block_rows=64, runs=5,
   - the batched matmuls of cached attention, `group` queries per block of
     `block_rows` keys or values of `depth`, each of `sentence_heads`
     (batch x heads) queries meeting its own blocks, as in
-    decoding_cache.self_attention:
+    decoding/cache.py attends:
     scores Q K^T (K read with `transpose_b`), the same scores transposed
     as K Q^T (K the left operand, read as stored), Q times K stored
     transposed, and weights times V."""

@@ -4,7 +4,7 @@
                               limits, max_length, beam_size=4, alpha=0.6)
 
 `symbols_to_logits(ids [batch*beam, 1], step, cache) -> (logits, cache)` runs
-one decoder position (logits [batch*beam, vocab], or [batch*beam, 1, vocab]);
+one decoder position (logits [batch*beam, vocab]);
 it is called once per output token, never on the whole prefix. Scores are log P(Y|X) / lp(Y) with GNMT's length penalty
 lp(Y) = ((5 + |Y|) / 6)^alpha (|Y| counts the EOS).
 
@@ -252,7 +252,7 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
 
   After each step the cache follows its hypotheses:
   `reorder_cache(cache, parents)`, parents [batch, beam] the slot each new
-  hypothesis comes from (the decoder's own, `Decoder.reorder_cache`, moves
+  hypothesis comes from (the decoder's own, `decoding/cache.reorder`, moves
   no key or value).
 
   With `select_cache(cache, sentences)` (the cache of the sentences at
@@ -271,8 +271,6 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
 
   def step_fn(step, state, output):
     logits, cache = symbols_to_logits(state.last_tokens, step, state.cache)
-    if logits.shape.rank == 3:  # [rows, 1, vocab]
-      logits = logits[:, -1]
     candidates = _grow_alive(tf.cast(logits, tf.float32), state, step, k,
                              positions)
     alive_seq, alive_log_probs, parents, last_tokens = _new_alive(

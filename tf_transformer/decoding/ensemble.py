@@ -6,12 +6,12 @@ combined, as fairseq, OpenNMT-py and Marian ensemble; the paper's
     ensemble = Ensemble([model_a, model_b])     # same vocabulary
     ids, scores = decode(ensemble, source_ids)  # decoding/search.py
 
-`Ensemble` offers what a search, an export (`TranslationModule`) and forced
-scoring ask of a `Transformer`: `encode`, `initial_cache`, `step_weights`,
-`decode_step`, the cache's reorder and selection, a teacher-forced call,
-`attention_weights`, `config` and `set_xla_attention`. Each member keeps its
-own memory, cache and step weights (tuples, one entry a member), so members
-may differ in depth, width or heads; only the vocabulary must be the same.
+`Ensemble` offers what an export (`TranslationModule`) and forced scoring
+ask of a `Transformer` (a teacher-forced call, `attention_weights`,
+`config`, `set_xla_attention`), and `EnsembleStep` what a search asks of
+`decoding/step.Step`. Each member keeps its own memory, cache and step
+weights (tuples, one entry a member), so members may differ in depth,
+width or heads; only the vocabulary must be the same.
 
 Two ways to combine, over the members' log-softmax outputs log p_i:
 - "log_probs" (default): their mean, (1/n) sum_i log p_i, as OpenNMT-py
@@ -25,6 +25,8 @@ An ensemble of one decodes exactly as its model does.
 import math
 
 import tensorflow as tf
+
+from tf_transformer.decoding.step import Step
 
 AVERAGES = ("log_probs", "probs")
 
@@ -78,38 +80,6 @@ class Ensemble(tf.Module):
     of (source_ids, target_input_ids), used as logits."""
     return self.combine([m(inputs, training=training) for m in self.members])
 
-  def encode(self, source_ids):
-    """(memories, one a member; the source padding mask)."""
-    encoded = [m.encode(source_ids) for m in self.members]
-    return tuple(memory for memory, _ in encoded), encoded[0][1]
-
-  def initial_cache(self, memory, max_length, group_size=1):
-    return tuple(m.initial_cache(x, max_length, group_size)
-                 for m, x in zip(self.members, memory))
-
-  def step_weights(self, max_positions):
-    return tuple(m.step_weights(max_positions) for m in self.members)
-
-  def decode_step(self, ids, step, cache, source_mask, weights):
-    """(combined log-probabilities [rows, vocab], cache) for `ids` at
-    `step`: each member's `decode_step`, then `combine`."""
-    steps = [m.decode_step(ids, step, c, source_mask, w)
-             for m, c, w in zip(self.members, cache, weights)]
-    return (self.combine([logits for logits, _ in steps]),
-            tuple(c for _, c in steps))
-
-  def reorder_cache(self, cache, parents):
-    return tuple(m.reorder_cache(c, parents)
-                 for m, c in zip(self.members, cache))
-
-  def select_sentences(self, cache, sentences):
-    return tuple(m.select_sentences(c, sentences)
-                 for m, c in zip(self.members, cache))
-
-  def cache_sentence_axes(self, cache):
-    return tuple(m.cache_sentence_axes(c)
-                 for m, c in zip(self.members, cache))
-
   def attention_weights(self, source_ids, target_input_ids):
     """The members' attention distributions averaged where all members have
     the lead's layers and heads (fairseq averages them too), else the
@@ -123,3 +93,51 @@ class Ensemble(tf.Module):
                              for w in weights]) / len(weights)
                    for layer in range(len(weights[0][kind]))]
             for kind in weights[0]}
+
+
+class EnsembleStep:
+  """`decoding/step.Step` for an `Ensemble`: each member's step, the
+  log-probabilities combined (`Ensemble.combine`)."""
+
+  def __init__(self, ensemble, static=False):
+    self.ensemble = ensemble
+    self.steps = [Step(m, static) for m in ensemble.members]
+
+  @property
+  def config(self):
+    return self.ensemble.config
+
+  def encode(self, source_ids):
+    """(memories, one a member; the source padding mask)."""
+    encoded = [s.encode(source_ids) for s in self.steps]
+    return tuple(memory for memory, _ in encoded), encoded[0][1]
+
+  def prepare(self, max_positions):
+    return tuple(s.prepare(max_positions) for s in self.steps)
+
+  def initial_cache(self, weights, memory, max_length, group_size=1):
+    return tuple(s.initial_cache(w, x, max_length, group_size)
+                 for s, w, x in zip(self.steps, weights, memory))
+
+  def __call__(self, ids, position, cache, source_mask, weights):
+    """(combined log-probabilities [rows, vocab], cache)."""
+    steps = [s(ids, position, c, source_mask, w)
+             for s, c, w in zip(self.steps, cache, weights)]
+    return (self.ensemble.combine([logits for logits, _ in steps]),
+            tuple(c for _, c in steps))
+
+  def reorder(self, cache, parents):
+    return tuple(s.reorder(c, parents) for s, c in zip(self.steps, cache))
+
+  def select(self, cache, sentences):
+    return tuple(s.select(c, sentences) for s, c in zip(self.steps, cache))
+
+  def sentence_axes(self, cache):
+    return tuple(s.sentence_axes(c) for s, c in zip(self.steps, cache))
+
+
+def step_of(model, static=False):
+  """The decoding step of a `Transformer` or an `Ensemble`."""
+  if isinstance(model, Ensemble):
+    return EnsembleStep(model, static)
+  return Step(model, static)

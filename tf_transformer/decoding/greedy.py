@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
-from tf_transformer.layers import fused_step
+from tf_transformer.decoding import step as step_lib
+from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -59,12 +60,13 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   chooses each next token; `prefix` (`decoding/prefix.py`) forces the
   first ones."""
   fixed_length = max_length is not None
+  decoder = step_of(model, static=fixed_length)
   batch = tf.shape(source_ids)[0]
-  memory, source_mask = model.encode(source_ids)
+  memory, source_mask = decoder.encode(source_ids)
   limits, max_length = limits_lib.output_limits(source_mask,
                                                 max_length_offset, max_length)
-  cache = model.initial_cache(memory, max_length)
-  weights = fused_step.read(step_weights, model, max_length)
+  weights = step_lib.read(decoder, step_weights, max_length)
+  cache = decoder.initial_cache(weights, memory, max_length)
   if fixed_length:  # a [batch, max_length] PAD buffer: static shapes
     outputs = tf.fill([batch, max_length], PAD_ID)
     write = lambda outputs, step, chosen: tf.where(
@@ -80,8 +82,7 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   scores = tf.zeros([batch], tf.float32)
   step = tf.constant(0)
   while step < max_length and not tf.reduce_all(finished):
-    logits, cache = model.decode_step(token, step, cache, source_mask,
-                                      weights)
+    logits, cache = decoder(token, step, cache, source_mask, weights)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, prefix)
     log_probs = tf.nn.log_softmax(logits)

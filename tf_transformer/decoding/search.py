@@ -17,9 +17,10 @@ from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.beam_search import tile_beams
+from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
-from tf_transformer.layers import fused_step
+from tf_transformer.decoding import step as step_lib
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
@@ -81,8 +82,8 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None,
   `source_ids` [batch, source_length] (EOS-terminated, PAD-padded).
   `max_length` (at least every sentence's limit) fixes the buffers' length,
   a static shape for XLA; the ids then have `max_length` columns.
-  `step_weights`: the decoding step's weights (`Transformer.step_weights`,
-  an export's stored copy; by default prepared from the model at each
+  `step_weights`: the decoding step's weights (`step.Step.prepare`, an
+  export's stored copy; by default prepared from the model at each
   call). `prefix`: a `prefix.Prefix` of
   target tokens each output starts with (`decoding/prefix.py`)."""
   if options.method == "beam":
@@ -208,34 +209,33 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
   limit of the batch. With `max_length` every shape stays static (no
   sentence leaves the batch), as XLA needs."""
   compact = max_length is None
+  decoder = step_of(model, static=not compact)
   batch_size = tf.shape(source_ids)[0]
-  memory, source_mask = model.encode(source_ids)
+  memory, source_mask = decoder.encode(source_ids)
   limits, max_length = limits_lib.output_limits(source_mask,
                                                 max_length_offset, max_length)
+  weights = step_lib.read(decoder, step_weights, max_length)
   # The beams share their sentence's memory; only `ancestors` is reordered.
   # The source mask rides in the search's cache, so that it follows the
   # sentences still searching.
-  cache = {"decoder": model.initial_cache(memory, max_length,
-                                          group_size=beam_size),
+  cache = {"decoder": decoder.initial_cache(weights, memory, max_length,
+                                            group_size=beam_size),
            "source_mask": source_mask}
   if prefix is not None:  # per sentence, as the source mask
     cache["prefix"] = prefix
-  weights = fused_step.read(step_weights, model, max_length)
 
   def symbols_to_logits(ids, step, cache):
-    logits, decoder_cache = model.decode_step(ids, step, cache["decoder"],
-                                              cache["source_mask"], weights)
+    logits, decoder_cache = decoder(ids, step, cache["decoder"],
+                                    cache["source_mask"], weights)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, cache["prefix"], beam_size)
     return logits, dict(cache, decoder=decoder_cache)
 
   def reorder_cache(cache, parents):
-    return dict(cache, decoder=model.reorder_cache(cache["decoder"],
-                                                   parents))
+    return dict(cache, decoder=decoder.reorder(cache["decoder"], parents))
 
   def select_cache(cache, sentences):
-    selected = {"decoder": model.select_sentences(cache["decoder"],
-                                                  sentences),
+    selected = {"decoder": decoder.select(cache["decoder"], sentences),
                 "source_mask": tf.gather(cache["source_mask"], sentences)}
     if prefix is not None:
       selected["prefix"] = prefix_lib.select(cache["prefix"], sentences)
@@ -246,7 +246,7 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
       alpha, reorder_cache=reorder_cache,
       select_cache=select_cache if compact else None,
       cache_batch_axes=dict(
-          {"decoder": model.cache_sentence_axes(cache["decoder"]),
+          {"decoder": decoder.sentence_axes(cache["decoder"]),
            "source_mask": 0},
           **({} if prefix is None else {"prefix": prefix_lib.Prefix(0, 0)}))
       if compact else None)

@@ -56,6 +56,7 @@ import tensorflow as tf
 from tf_transformer.data import sequences
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import scoring
+from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.search import decode_in_buckets
@@ -94,13 +95,12 @@ class TranslationModule(tf.Module):
                        "would compile anew for every request")
     self.decode_parts = decode_parts
     model.set_xla_attention(False)
-    # The decoding step's weights as it multiplies by them (Q, K and V
-    # concatenated, the output embedding transposed: `layers/fused_step`),
-    # saved with the export rather than rebuilt for every request; a search
-    # reads them once, before its loop.
+    # The decoding step's weights as it multiplies by them
+    # (`decoding/step_weights.py`), saved with the export rather than
+    # rebuilt for every request; a search reads them once, before its loop.
     self.step_weights = tf.nest.map_structure(
         lambda w: None if w is None else tf.Variable(w, trainable=False),
-        model.step_weights(self.max_output_tokens + 2))
+        step_of(model).prepare(self.max_output_tokens + 2))
     if xla:
       self._compiled = tf.function(self._fixed_shape_search, jit_compile=True)
       self._search = self._bucketed_search

@@ -12,8 +12,8 @@ import math
 import keras
 import tensorflow as tf
 
-from tf_transformer.layers import decoding_cache
 from tf_transformer.layers import masks
+from tf_transformer.layers import named_weights
 from tf_transformer.layers import shapes
 from tf_transformer.layers.policy import PolicyLayer
 
@@ -106,10 +106,8 @@ class MultiHeadAttention(PolicyLayer):
   `return_attention_scores=True` returns (output, weights [batch, heads,
   q_len, k_len]), as Keras' own `MultiHeadAttention` does.
 
-  Incremental decoding (the decoder's self-attention) is a method of its
-  own with fixed outputs, `cached_step(query, cache, step, selection)`
-  (`cached_step`'s docstring). The projections are the same layers either
-  way, so a change to them is made once.
+  A search's incremental step computes the same from `named_weights()`
+  (`decoding/step.py`).
   """
 
   def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
@@ -178,26 +176,12 @@ class MultiHeadAttention(PolicyLayer):
     output = self.output_dense(self._merge_heads(heads))
     return (output, weights) if return_attention_scores else output
 
-  def cached_step(self, query, cache, step, selection):
-    """Self-attention of position `step` over the positions before it, as
-    the decoder's cached step runs it: `query` [batch, group, d_model] (one
-    row per hypothesis of a sentence), `cache` one layer's "key" and
-    "value" buffers (`decoding_cache.buffer`), `selection` the step's
-    `decoding_cache.selection`. Writes this position's keys and values into
-    the cache (in place: use the returned one) and returns (output [batch,
-    group, d_model], cache, weights [batch, heads, group, positions read],
-    see `decoding_cache.attend`)."""
-    query_heads = self._split_heads(self.query_dense(query), self.d_k)
-    key = decoding_cache.write(
-        cache["key"], self._split_heads(self.key_dense(query), self.d_k),
-        step)
-    value = decoding_cache.write(
-        cache["value"], self._split_heads(self.value_dense(query), self.d_v),
-        step)
-    heads, weights = decoding_cache.attend(query_heads, key, value,
-                                           selection, step)
-    return (self.output_dense(self._merge_heads(heads)),
-            {"key": key, "value": value}, weights)
+  def named_weights(self) -> named_weights.Attention:
+    """W^Q, W^K, W^V and W^O with their biases."""
+    affine = lambda dense: named_weights.Affine(dense.kernel, dense.bias)
+    return named_weights.Attention(
+        affine(self.query_dense), affine(self.key_dense),
+        affine(self.value_dense), affine(self.output_dense), self.num_heads)
 
   def get_config(self):
     return {**super().get_config(), "num_heads": self.num_heads,

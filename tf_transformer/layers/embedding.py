@@ -38,26 +38,28 @@ class SharedEmbedding(PolicyLayer):
 
   def call(self, ids):
     x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
-    return x * math.sqrt(self.d_model) if self.scale else x
+    return x * self.multiplier if self.scale else x
 
   def logits(self, x):
     """The pre-softmax linear transformation: x times the embedding's
     transpose, as one 2-D matmul over all positions. (A [batch, length, d]
     times [d, vocab] tf.matmul broadcasts into a batch of small matmuls, and
     its gradient materialises [batch, vocab, d] before summing: gigabytes at
-    the paper's vocabulary.) A search's steps multiply by a stored
-    `transposed()` instead, which oneDNN's matmul runs faster than
-    `transpose_b` (`layers/fused_step.py`, docs/performance.md)."""
+    the paper's vocabulary.)"""
     flat = tf.reshape(x, [-1, self.d_model])
     logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype),
                        transpose_b=True)
     return tf.reshape(logits, tf.concat(
         [tf.shape(x)[:-1], [self.vocab_size]], axis=0))
 
-  def transposed(self):
-    """The embedding's transpose [d_model, vocab_size], which a decoding
-    step multiplies by."""
-    return tf.transpose(self.embeddings)
+  def named_weights(self):
+    """The embedding matrix [vocab_size, d_model] (`named_weights.Model`)."""
+    return self.embeddings
+
+  @property
+  def multiplier(self):
+    """What lookups are multiplied by: sqrt(d_model) (3.4), or 1."""
+    return math.sqrt(self.d_model) if self.scale else 1.0
 
   def compute_output_spec(self, ids):
     return keras.KerasTensor(tuple(ids.shape) + (self.d_model,),
@@ -90,6 +92,10 @@ class SinusoidalPositionalEncoding(PolicyLayer):
     positions = start + tf.range(tf.shape(inputs)[1])
     return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype)
 
+  def named_weights(self):
+    """None: no table, the sinusoids of any position (`sinusoid_table`)."""
+    return None
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class LearnedPositionalEmbedding(PolicyLayer):
@@ -120,6 +126,10 @@ class LearnedPositionalEmbedding(PolicyLayer):
       positions = tf.identity(positions)
     return inputs + tf.gather(
         tf.cast(self.position_embeddings, inputs.dtype), positions)
+
+  def named_weights(self):
+    """The table [max_length, d_model]."""
+    return self.position_embeddings
 
   def get_config(self):
     return {**super().get_config(), "max_length": self.max_length}

@@ -9,6 +9,7 @@ attends to every real token and to no padding.
 import keras
 
 from tf_transformer.layers import masks
+from tf_transformer.layers import named_weights
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.policy import PolicyLayer
@@ -86,6 +87,13 @@ class EncoderLayer(_TransformerBlock):
     x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
     return (x, weights) if return_attention_scores else x
 
+  def named_weights(self) -> named_weights.Layer:
+    return named_weights.Layer(
+        self.self_attention.named_weights(),
+        self.attention_residual.named_weights(),
+        self.feed_forward.named_weights(),
+        self.feed_forward_residual.named_weights())
+
 
 class _TransformerStack(PolicyLayer):
   """What the encoder and decoder stacks share: `num_layers` identical
@@ -115,6 +123,12 @@ class _TransformerStack(PolicyLayer):
   @property
   def stack_layers(self):
     return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
+
+  def named_weights(self) -> named_weights.Stack:
+    norm = self.final_norm
+    return named_weights.Stack(
+        tuple(layer.named_weights() for layer in self.stack_layers),
+        None if norm is None else named_weights.Norm(norm.gamma, norm.beta))
 
   def get_config(self):
     return {**super().get_config(), "num_layers": self.num_layers,

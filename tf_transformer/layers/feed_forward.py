@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers import named_weights
 from tf_transformer.layers.policy import PolicyLayer
 
 # A matmul whose rows (of the weight, or of the activations it writes) lie a
@@ -64,6 +65,12 @@ class PositionwiseFeedForward(PolicyLayer):
     # MatMul (tf.matmul would broadcast a slower BatchMatMulV2).
     inner = keras.ops.relu(keras.ops.matmul(x, w1) + b1)
     return keras.ops.matmul(inner, w2) + tf.cast(self.outer.bias, dtype)
+
+  def named_weights(self) -> named_weights.FeedForward:
+    """W_1, b_1 and W_2, b_2 of eq. 2 (without the padding)."""
+    return named_weights.FeedForward(
+        named_weights.Affine(self.inner.kernel, self.inner.bias),
+        named_weights.Affine(self.outer.kernel, self.outer.bias))
 
   def get_config(self):
     return {**super().get_config(), "d_ff": self.d_ff}

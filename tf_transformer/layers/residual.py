@@ -7,6 +7,7 @@ ends with one more LayerNorm.
 
 import keras
 
+from tf_transformer.layers import named_weights
 from tf_transformer.layers.policy import PolicyLayer
 
 
@@ -40,6 +41,10 @@ class ResidualNorm(PolicyLayer):
   def call(self, x, sublayer_output, training=None):
     residual = x + self.dropout(sublayer_output, training=training)
     return residual if self.norm_position == "pre" else self.layer_norm(residual)
+
+  def named_weights(self) -> named_weights.Norm:
+    """The normalization's gamma and beta."""
+    return named_weights.Norm(self.layer_norm.gamma, self.layer_norm.beta)
 
   def get_config(self):
     return {**super().get_config(), "dropout_rate": self.dropout_rate,

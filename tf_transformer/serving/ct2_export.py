@@ -50,49 +50,43 @@ def _specs():
   return ctranslate2.specs.common_spec, ctranslate2.specs.transformer_spec
 
 
-def _kernel(dense):
-  """A Keras Dense kernel [in, out] as CTranslate2's [out, in]."""
-  return np.ascontiguousarray(dense.kernel.numpy().T)
+def _set_linear(spec, *affines):
+  """One CTranslate2 linear from one or more named affine maps
+  (`named_weights.Affine`, kernels [in, out]), fused along the output axis
+  (CTranslate2's weights are [out, in])."""
+  spec.weight = np.concatenate([np.asarray(a.kernel).T for a in affines],
+                               axis=0)
+  spec.bias = np.concatenate([np.asarray(a.bias) for a in affines], axis=0)
 
 
-def _set_linear(spec, *denses):
-  """One CTranslate2 linear from one or more Dense layers, fused along the
-  output axis."""
-  spec.weight = np.concatenate([_kernel(d) for d in denses], axis=0)
-  spec.bias = np.concatenate([d.bias.numpy() for d in denses], axis=0)
+def _set_norm(spec, norm):
+  spec.gamma, spec.beta = np.asarray(norm.gamma), np.asarray(norm.beta)
 
 
-def _set_norm(spec, layer_norm):
-  spec.gamma = layer_norm.gamma.numpy()
-  spec.beta = layer_norm.beta.numpy()
+def _set_layer(spec, layer):
+  """An encoder or decoder layer's spec from its `named_weights.Layer`."""
+  attention = layer.self_attention
+  _set_linear(spec.self_attention.linear[0], attention.query, attention.key,
+              attention.value)
+  _set_linear(spec.self_attention.linear[1], attention.output)
+  _set_norm(spec.self_attention.layer_norm, layer.self_attention_norm)
+  if layer.cross_attention is not None:
+    cross = layer.cross_attention
+    _set_linear(spec.attention.linear[0], cross.query)
+    _set_linear(spec.attention.linear[1], cross.key, cross.value)
+    _set_linear(spec.attention.linear[2], cross.output)
+    _set_norm(spec.attention.layer_norm, layer.cross_attention_norm)
+  _set_linear(spec.ffn.linear_0, layer.feed_forward.inner)
+  _set_linear(spec.ffn.linear_1, layer.feed_forward.outer)
+  _set_norm(spec.ffn.layer_norm, layer.feed_forward_norm)
 
 
-def _set_ffn(spec, layer):
-  _set_linear(spec.linear_0, layer.feed_forward.inner)
-  _set_linear(spec.linear_1, layer.feed_forward.outer)
-  _set_norm(spec.layer_norm, layer.feed_forward_residual.layer_norm)
-
-
-def _set_self_attention(spec, attention, residual):
-  _set_linear(spec.linear[0], attention.query_dense, attention.key_dense,
-              attention.value_dense)
-  _set_linear(spec.linear[1], attention.output_dense)
-  _set_norm(spec.layer_norm, residual.layer_norm)
-
-
-def _set_cross_attention(spec, attention, residual):
-  _set_linear(spec.linear[0], attention.query_dense)
-  _set_linear(spec.linear[1], attention.key_dense, attention.value_dense)
-  _set_linear(spec.linear[2], attention.output_dense)
-  _set_norm(spec.layer_norm, residual.layer_norm)
-
-
-def _position_table(model):
-  config = model.config.model
-  if config.positional_encoding == "learned":
-    return model.source_positions.position_embeddings.numpy()
-  rows = max(SINUSOID_ROWS, config.max_length)
-  return sinusoid_table(np.arange(rows), config.d_model).numpy()
+def _positions(table, d_model, max_length):
+  """A learned table as it is, or the sinusoids as rows."""
+  if table is not None:
+    return np.asarray(table)
+  rows = max(SINUSOID_ROWS, max_length)
+  return sinusoid_table(np.arange(rows), d_model).numpy()
 
 
 def sentencepiece_pieces(model_proto):
@@ -102,43 +96,41 @@ def sentencepiece_pieces(model_proto):
 
 
 def build_spec(model, vocabulary):
-  """The CTranslate2 TransformerSpec holding `model`'s weights."""
+  """The CTranslate2 TransformerSpec holding `model`'s weights, read from
+  `model.named_weights()`."""
   common_spec, transformer_spec = _specs()
   config = model.config.model
-  attention = model.encoder.encoder_layers[0].self_attention
-  if attention.d_k != attention.d_v:
-    raise ValueError(f"d_k={attention.d_k} and d_v={attention.d_v}: "
-                     "CTranslate2 has one head size for keys and values")
-  sizes = dict(num_layers=config.num_layers, num_heads=config.num_heads,
-               pre_norm=config.norm_position == "pre",
+  named = model.named_weights()
+  attention = named.encoder.layers[0].self_attention
+  heads = attention.num_heads
+  d_k = attention.query.kernel.shape[-1] // heads
+  d_v = attention.value.kernel.shape[-1] // heads
+  if d_k != d_v:
+    raise ValueError(f"d_k={d_k} and d_v={d_v}: CTranslate2 has one head "
+                     "size for keys and values")
+  sizes = dict(num_layers=len(named.encoder.layers), num_heads=heads,
+               pre_norm=named.norm_position == "pre",
                activation=common_spec.Activation.RELU)
-  if attention.d_k * config.num_heads != config.d_model:
-    sizes["head_dim"] = attention.d_k
+  if d_k * heads != config.d_model:
+    sizes["head_dim"] = d_k
   spec = transformer_spec.TransformerSpec(
       transformer_spec.TransformerEncoderSpec(**sizes),
       transformer_spec.TransformerDecoderSpec(**sizes))
-  table = _position_table(model)
   encoder, decoder = spec.encoder, spec.decoder
-  encoder.embeddings[0].weight = model.source_embedding.embeddings.numpy()
-  decoder.embeddings.weight = model.target_embedding.embeddings.numpy()
-  decoder.projection.weight = model.output_embedding.embeddings.numpy()
-  encoder.position_encodings.encodings = table
-  decoder.position_encodings.encodings = (
-      model.target_positions.position_embeddings.numpy()
-      if config.positional_encoding == "learned" else table)
-  for layer_spec, layer in zip(encoder.layer, model.encoder.encoder_layers):
-    _set_self_attention(layer_spec.self_attention, layer.self_attention,
-                        layer.attention_residual)
-    _set_ffn(layer_spec.ffn, layer)
-  for layer_spec, layer in zip(decoder.layer, model.decoder.decoder_layers):
-    _set_self_attention(layer_spec.self_attention, layer.self_attention,
-                        layer.self_attention_residual)
-    _set_cross_attention(layer_spec.attention, layer.cross_attention,
-                         layer.cross_attention_residual)
-    _set_ffn(layer_spec.ffn, layer)
-  if model.encoder.final_norm is not None:
-    _set_norm(encoder.layer_norm, model.encoder.final_norm)
-    _set_norm(decoder.layer_norm, model.decoder.final_norm)
+  encoder.embeddings[0].weight = np.asarray(named.source_embedding)
+  decoder.embeddings.weight = np.asarray(named.target_embedding)
+  decoder.projection.weight = np.asarray(named.output_embedding)
+  encoder.position_encodings.encodings = _positions(
+      named.source_positions, config.d_model, config.max_length)
+  decoder.position_encodings.encodings = _positions(
+      named.target_positions, config.d_model, config.max_length)
+  for layer_spec, layer in zip(encoder.layer, named.encoder.layers):
+    _set_layer(layer_spec, layer)
+  for layer_spec, layer in zip(decoder.layer, named.decoder.layers):
+    _set_layer(layer_spec, layer)
+  if named.encoder.final_norm is not None:
+    _set_norm(encoder.layer_norm, named.encoder.final_norm)
+    _set_norm(decoder.layer_norm, named.decoder.final_norm)
 
   pieces = sentencepiece_pieces(vocabulary.model_proto)
   spec.register_source_vocabulary(pieces)
@@ -147,7 +139,7 @@ def build_spec(model, vocabulary):
   spec.config.bos_token = spec.config.decoder_start_token = pieces[BOS_ID]
   spec.config.eos_token = pieces[EOS_ID]
   spec.config.add_source_eos = True
-  spec.config.layer_norm_epsilon = config.layer_norm_epsilon
+  spec.config.layer_norm_epsilon = named.epsilon
   return spec
 
 

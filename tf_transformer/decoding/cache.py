@@ -1,0 +1,212 @@
+"""The incremental-decoding cache, laid out so that a step reads only the
+positions decoded so far and copies nothing.
+
+Decoding runs `batch * group_size` rows: `group_size` hypotheses of each
+sentence (the beams of a beam search; 1 for greedy decoding and sampling), row
+r holding slot r % group_size of sentence r // group_size. Per decoder layer:
+
+  key, value     [num_blocks, batch, heads, BLOCK_LENGTH * group_size, depth]:
+                 position t of slot j, what the hypothesis in slot j at step t
+                 computed, is row (t % BLOCK_LENGTH) * group_size + j of
+                 block t // BLOCK_LENGTH;
+  memory_key,    [batch, heads, source_length, depth]: the encoder output's
+  memory_value   keys and values (section 3.2.3), once per sentence, shared
+                 by its hypotheses;
+
+and for the whole decoder
+
+  ancestors      [batch, group_size, num_blocks * BLOCK_LENGTH] int32: for
+                 each hypothesis, the slot each of its earlier positions
+                 was computed in; -1 (no slot) at the positions not decoded
+                 yet, so that they select no key.
+
+Three choices keep a step's cost from growing with copies:
+- Indirection: a beam search that moves hypotheses between slots gathers
+  `ancestors` only (a few integers per row, `reorder`), never keys and
+  values; attention takes each position's key and value from the slot of the
+  row's ancestor there (as FasterTransformer's "cache indirection" does).
+- In-place writes: each step writes its position with `InplaceUpdate` into a
+  buffer from `Empty` (stateful, so Grappler never folds it into a constant
+  shared between calls). `tf.tensor_scatter_nd_update` copied the whole
+  buffer every step inside the decoding loop. The write is safe because the
+  only readers of a layer's buffer at step t are that step's attention ops,
+  and step t + 1's write depends on them through step t's logits. A step
+  consumes the cache it is given: do not keep the old one.
+- Blocks along time: the filled blocks are a leading-axis slice, which
+  TensorFlow takes without a copy, so step t reads about t positions, not
+  the preallocated maximum; one batched matmul per block keeps the matmuls
+  large enough to be efficient.
+
+With `static=True` (a search compiled by XLA, which has neither
+`InplaceUpdate` nor dynamic shapes) the write is a scatter (XLA updates it in
+place) and attention reads every block under a mask: every shape is static,
+and the step compiles once. Those ops are correct anywhere, only slower.
+"""
+
+import typing
+
+import tensorflow as tf
+
+from tf_transformer.layers.shapes import dims
+
+BLOCK_LENGTH = 16  # positions per block: 8 and 32 measured no faster
+# The sentence axis of each entry of a layer's cache.
+SENTENCE_AXES = {"key": 1, "value": 1, "memory_key": 0, "memory_value": 0}
+
+
+def _num_blocks(max_length):
+  return (max_length + BLOCK_LENGTH - 1) // BLOCK_LENGTH
+
+
+def buffer(batch, heads, max_length, group_size, depth, dtype, static):
+  """Zero keys or values for `max_length` positions (rounded up to whole
+  blocks) of `group_size` slots per sentence, never folded into a constant
+  shared between calls."""
+  shape = [_num_blocks(max_length), batch, heads, BLOCK_LENGTH * group_size,
+           depth]
+  if static:
+    return tf.zeros(shape, dtype)
+  return tf.raw_ops.Empty(shape=tf.stack(shape), dtype=dtype, init=True)
+
+
+def initial_ancestors(batch, group_size, max_length):
+  """No slot (-1) at every position; never written in place."""
+  return tf.fill([batch, group_size, _num_blocks(max_length) * BLOCK_LENGTH],
+                 -1)
+
+
+def group_size(layer_cache):
+  """The hypotheses per sentence (slots) of a layer's cache."""
+  return layer_cache["key"].shape[3] // BLOCK_LENGTH
+
+
+def reorder(cache, parents):
+  """For beam search: hypothesis (b, j) continues the one that was in slot
+  `parents[b, j]` ([batch, group] int). Moves no key or value."""
+  return dict(cache, ancestors=tf.gather(cache["ancestors"], parents,
+                                         batch_dims=1))
+
+
+def select(cache, sentences):
+  """The cache of the sentences at positions `sentences` [n] only (a search
+  drops the sentences it is done with). Copies their keys and values."""
+  return {name: tf.gather(value, sentences) if name == "ancestors" else
+          {key: tf.gather(part, sentences, axis=SENTENCE_AXES[key])
+           for key, part in value.items()}
+          for name, value in cache.items()}
+
+
+def sentence_axes(cache):
+  """The cache's structure with each entry's sentence axis."""
+  return {name: 0 if name == "ancestors" else dict(SENTENCE_AXES)
+          for name in cache}
+
+
+class StepPlan(typing.NamedTuple):
+  """What every layer's cache reads and writes share at one step, computed
+  once per step (`plan_step`) rather than once per layer and buffer."""
+  static: bool  # XLA-safe ops and every block (module docstring)
+  num_blocks: typing.Any  # the blocks read: those filled so far, or all
+  selection: tf.Tensor  # bool [num_blocks, batch, 1, group, BLOCK_LENGTH * group]
+  rows: tf.Tensor  # rows of a buffer's flat view that position `step` fills
+  # (None when static)
+  step: tf.Tensor
+  # The scores' shapes [batch, heads, group, blocks * rows] and [batch,
+  # heads, group, blocks, rows] (the batch as -1): attention's softmax runs
+  # over the positions of every block at once.
+  positions_shape: typing.Any
+  blocks_shape: typing.Any
+
+
+def plan_step(ancestors, step, group, heads, static):
+  """(`ancestors` with each hypothesis computing position `step` in its own
+  slot, the `StepPlan` of position `step` for buffers of `heads` heads)."""
+  batch, _, length = dims(ancestors)
+  here = tf.one_hot(step, length, True, False)
+  # (expand_dims, not [tf.newaxis] slices: no kernel of its own)
+  ancestors = tf.where(here, tf.expand_dims(tf.range(group), 1), ancestors)
+  if static:
+    num_blocks, slots = length // BLOCK_LENGTH, ancestors
+  else:  # the blocks filled so far
+    num_blocks = step // BLOCK_LENGTH + 1
+    # The slice's end as [0, 0, n * BLOCK_LENGTH] from one multiply (the
+    # first two axes whole): `[:, :, :n]` packs its end in a kernel of its
+    # own.
+    end = tf.constant([0, 0, BLOCK_LENGTH]) * num_blocks
+    slots = tf.strided_slice(ancestors, [0, 0, 0], end, end_mask=0b011)
+  # True where a key row holds the query's ancestor at that position (its
+  # slot) and the position is at most `step` (one_hot of -1 is all False).
+  select = tf.reshape(tf.one_hot(slots, group, True, False),
+                      [batch, group, num_blocks, BLOCK_LENGTH * group])
+  select = tf.expand_dims(tf.transpose(select, [2, 0, 1, 3]), 2)
+  block_rows = BLOCK_LENGTH * group
+  if static:  # (a scatter writes, and a range needs static ends)
+    return ancestors, StepPlan(
+        True, num_blocks, select, None, step,
+        [-1, heads, group, num_blocks * block_rows],
+        [-1, heads, group, num_blocks, block_rows])
+  # The rows of a buffer's [num_blocks * batch * heads * BLOCK_LENGTH,
+  # group * depth] view that hold position `step`: one in every
+  # BLOCK_LENGTH of its block's.
+  rows_per_block = batch * (heads * BLOCK_LENGTH)
+  first = step // BLOCK_LENGTH * rows_per_block + step % BLOCK_LENGTH
+  rows = tf.range(first, first + rows_per_block, BLOCK_LENGTH)
+  blocks = tf.reshape(num_blocks, [1])  # (two concats, once a step)
+  return ancestors, StepPlan(
+      False, num_blocks, select, rows, step,
+      tf.concat([[-1, heads, group], blocks * block_rows], 0),
+      tf.concat([[-1, heads, group], blocks, [block_rows]], 0))
+
+
+def write(cache_buffer, new, plan):
+  """Writes `new`, the keys or values [batch, heads, group, depth] of
+  position `plan.step`, into `cache_buffer` (from `buffer`); returns the
+  buffer (in place unless static)."""
+  if plan.static:
+    num_blocks, batch, heads, rows, depth = dims(cache_buffer)
+    group = rows // BLOCK_LENGTH
+    block, offset = plan.step // BLOCK_LENGTH, plan.step % BLOCK_LENGTH
+    where = tf.stack(tf.meshgrid(tf.range(batch), tf.range(heads),
+                                 indexing="ij"), axis=-1)
+    where = tf.concat([tf.fill([batch, heads, 1], block), where,
+                       tf.fill([batch, heads, 1], offset)], axis=-1)
+    updated = tf.tensor_scatter_nd_update(
+        tf.reshape(cache_buffer,
+                   [num_blocks, batch, heads, BLOCK_LENGTH, group * depth]),
+        where, tf.reshape(new, [batch, heads, group * depth]))
+    return tf.reshape(updated, tf.shape(cache_buffer))
+  row_size = cache_buffer.shape[3] // BLOCK_LENGTH * cache_buffer.shape[4]
+  flat = tf.raw_ops.InplaceUpdate(
+      x=tf.reshape(cache_buffer, [-1, row_size]), i=plan.rows,
+      v=tf.reshape(new, [-1, row_size]))
+  return tf.reshape(flat, tf.shape(cache_buffer))
+
+
+def attend(query, key, value, plan):
+  """Eq. 1 for one decoder position over the cached positions 0..step, each
+  taken from the slot of the row's ancestor there.
+
+  Args:
+    query: Q W^Q heads [batch, heads, group, d_k], already scaled by
+      1 / sqrt(d_k).
+    key, value: buffers (`buffer`), position `plan.step` written.
+    plan: this step's `plan_step`.
+  Returns:
+    [batch, heads, group, d_v]. Every query of a sentence meets every
+    slot's keys, one batched matmul per block; the rows that are not the
+    query's ancestor (or lie after the step) get no weight, and the softmax
+    runs over the blocks and their rows where they lie, so that neither the
+    scores nor the weights are transposed.
+  """
+  if not plan.static:  # the filled blocks: a slice without a copy
+    key, value = key[:plan.num_blocks], value[:plan.num_blocks]
+  scores = tf.matmul(tf.expand_dims(query, 0), key, transpose_b=True)
+  scores = tf.where(plan.selection, scores, scores.dtype.min)
+  # One softmax over the blocks' positions: two transposes and a Softmax,
+  # where the reductions over blocks and rows in place took five kernels.
+  weights = tf.nn.softmax(tf.cast(tf.reshape(
+      tf.transpose(scores, [1, 2, 3, 0, 4]), plan.positions_shape),
+                                  tf.float32))
+  weights = tf.transpose(tf.reshape(weights, plan.blocks_shape),
+                         [3, 0, 1, 2, 4])
+  return tf.reduce_sum(tf.matmul(tf.cast(weights, value.dtype), value), 0)
