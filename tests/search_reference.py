@@ -48,8 +48,9 @@ class Result:
 class _Search:
   """One sentence's search, advanced a step at a time by `advance`."""
 
-  def __init__(self, rules, beam_size, alpha, limit):
+  def __init__(self, rules, beam_size, alpha, limit, prefix=()):
     self.rules, self.k, self.alpha, self.limit = rules, beam_size, alpha, limit
+    self.prefix = tuple(prefix)  # forced first tokens (decoding/prefix.py)
     self.alive = [((), 0.0)]  # (tokens, log P)
     self.finished = []  # (tokens with their EOS, log P, score)
     self.count = 0  # ours: finished among the top k candidates
@@ -73,6 +74,10 @@ class _Search:
     totals = log_probs + np.array([p for _, p in self.alive])[:, None]
     if self.rules == "ours":
       totals[:, list(NEVER_OUTPUT)] = -np.inf
+    if self.t < len(self.prefix):  # only the forced token, as the model
+      forced = totals[:, self.prefix[self.t]].copy()  # scores it
+      totals[:] = -np.inf
+      totals[:, self.prefix[self.t]] = forced
     flat = totals.ravel()
     order = np.argsort(-flat, kind="stable")[:2 * self.k + 1]
     ranked = [(flat[i], i // totals.shape[1], i % totals.shape[1])
@@ -209,25 +214,27 @@ def _without_xla(model):
   the same values to float32 rounding."""
   # pylint: disable=g-import-not-at-top
   from tf_transformer import build_model
-  copy = build_model(model.config.replace(xla_attention=False),
-                     model.dtype_policy.name)
+  copy = build_model(model.config, model.dtype_policy.name,
+                     xla_attention=False)
   copy.set_weights(model.get_weights())
   return copy
 
 
 def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
-           max_length_offset=50, known=None):
+           max_length_offset=50, known=None, prefixes=None):
   """[Result] of each source (ids ending in EOS), by `rules` ("ours" or
   "ctranslate2"); `beam_size` 1 is greedy decoding. Each output has at most
   its source's length + `max_length_offset` tokens, EOS included. `known`:
   a dict of log-probabilities already computed ((source index, prefix) ->
-  [vocab]), shared by searches of the same model and sources, filled in."""
+  [vocab]), shared by searches of the same model and sources, filled in.
+  `prefixes`: each output's forced first tokens (ours), or None."""
   if rules not in RULES:
     raise ValueError(f"rules={rules!r}: one of {RULES}")
   known = {} if known is None else known
   copy = None
-  searches = [_Search(rules, beam_size, alpha, len(s) + max_length_offset)
-              for s in sources]
+  prefixes = prefixes or [()] * len(sources)
+  searches = [_Search(rules, beam_size, alpha, len(s) + max_length_offset, p)
+              for s, p in zip(sources, prefixes)]
   while True:
     active = [(i, s) for i, s in enumerate(searches) if not s.done]
     if not active:
@@ -246,7 +253,7 @@ def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
 
 def assert_near_ties(model, sources, lines, beam_size=4, alpha=0.6,
                      max_length_offset=50, why=lambda line: "",
-                     epsilon=lambda line: EPSILON):
+                     epsilon=lambda line: EPSILON, prefixes=None):
   """Asserts that the reference search by our rules meets a near-tie on each
   of `lines` (indices into `sources`): a decision whose margin is within
   `epsilon(line)` per token (float32 rounding by default), the only cause
@@ -255,7 +262,8 @@ def assert_near_ties(model, sources, lines, beam_size=4, alpha=0.6,
   if not lines:
     return
   results = search(model, [sources[line] for line in lines], "ours",
-                   beam_size, alpha, max_length_offset)
+                   beam_size, alpha, max_length_offset,
+                   prefixes=prefixes and [prefixes[line] for line in lines])
   for line, result in zip(lines, results):
     assert result.margin < epsilon(line), (
         f"line {line} differs with no decision within {epsilon(line):.2g} "
@@ -276,7 +284,7 @@ def rounding_between(model, other, source, hypotheses):
 
 
 def lines_apart(model, sources, first, second, beam_size=4, alpha=0.6,
-                max_length_offset=50):
+                max_length_offset=50, prefixes=None):
   """The lines where two runs of our search over `model` (each line's
   n-best outputs, as lists of ids) differ, each asserted to be a near-tie
   (`assert_near_ties`)."""
@@ -285,5 +293,6 @@ def lines_apart(model, sources, first, second, beam_size=4, alpha=0.6,
            if [strip(x) for x in a] != [strip(x) for x in b]]
   assert_near_ties(model, sources, apart, beam_size, alpha,
                    max_length_offset,
-                   lambda line: f"{first[line]} against {second[line]}")
+                   lambda line: f"{first[line]} against {second[line]}",
+                   prefixes=prefixes)
   return apart

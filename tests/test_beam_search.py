@@ -1,6 +1,7 @@
 """Beam search: beam 1 is greedy, a wide beam is exact, finished hypotheses
 stop, batches decode like single sentences."""
 
+import dataclasses
 import itertools
 
 import keras
@@ -17,13 +18,10 @@ from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding import search
-from tf_transformer.decoding.search import decode_in_buckets
-from tf_transformer.decoding.search import decode_in_parts
-from tf_transformer.decoding.search import fixed_shape_decode
-from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.run import run_dir
 from search_reference import lines_apart
+from training_helpers import beam_search as model_beam_search
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID],
                        [11, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
@@ -229,8 +227,8 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
   ids, scores = decode(model, sources, options)
   lines = [_strip(row) for row in sources.numpy()]
   for parts in (2, 3):
-    part_ids, part_scores = tf.function(decode_in_parts)(model, sources,
-                                                         options, parts)
+    part_ids, part_scores = tf.function(lambda s, parts=parts: decode(
+        model, s, dataclasses.replace(options, parts=parts)))(sources)
     assert part_ids.shape[0] == rows
     apart = lines_apart(model, lines, ids.numpy(), part_ids.numpy(),
                         options.nbest, max_length_offset=10)
@@ -242,25 +240,20 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
     trained_numbers_run, method):
-  """The XLA export's search: its program builds from a shape alone (no
-  input value decides a buffer size), requests of 3 and 4 sentences in one
-  length bucket share one program, and every batch decodes as without
-  XLA."""
+  """The XLA export's search (`DecodingOptions.xla`): its program builds
+  from a shape alone (no input value decides a buffer size), requests of 3
+  and 4 sentences in one length bucket share one program, and every batch
+  decodes as without XLA."""
   model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
   model.set_xla_attention(False)
   options = DecodingOptions(method=method, max_decode_length_offset=10)
-  compiled = tf.function(
-      lambda ids: fixed_shape_decode(model, ids, options), jit_compile=True)
-  hlo = compiled.experimental_get_compiler_ir(
-      tf.TensorSpec([4, 16], tf.int32))(stage="hlo")
-  assert "while" in hlo
-  traced = compiled.experimental_get_tracing_count()
-  bucketed = tf.function(lambda ids: decode_in_buckets(
-      compiled, ids, options, length_multiple=32))
+  xla = dataclasses.replace(options, xla=True)
+  bucketed = tf.function(lambda ids: decode(model, ids, xla))
   texts = [s for s, _ in numbers.generate({"test": 12}, seed=6)["test"]]
   sources = _source_ids(vocabulary, texts)
-  assert sources.shape[1] <= 32
-  for rows in (slice(0, 3), slice(3, 7), slice(7, 8), slice(8, 12)):
+  requests = (slice(0, 3), slice(3, 7), slice(7, 8), slice(8, 12))
+  shapes = set()
+  for rows in requests:
     ids, scores = decode(model, sources[rows], options)
     xla_ids, xla_scores = bucketed(sources[rows])
     assert xla_ids.shape[:2] == ids.shape[:2]
@@ -270,8 +263,16 @@ def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
     same = [line for line in range(ids.shape[0]) if line not in apart]
     np.testing.assert_allclose(xla_scores.numpy()[same], scores.numpy()[same],
                                rtol=1e-4, atol=1e-4)
-  # Sizes 3 and 4 pad to 4 rows, 1 to 1 row: two programs for four requests.
-  assert compiled.experimental_get_tracing_count() - traced == 2
+    shapes.add((int(search._next_power_of_2(ids.shape[0])),  # pylint: disable=protected-access
+                -(-sources.shape[1] // search.LENGTH_BUCKET)))
+  # One program per (power-of-2 rows, length bucket): sizes 3 and 4 of a
+  # bucket share one. Its program builds from a shape alone.
+  compiled = search._compiled_search(model, xla, None, False)  # pylint: disable=protected-access
+  assert compiled.experimental_get_tracing_count() == len(shapes) < len(
+      requests)
+  hlo = compiled.experimental_get_compiler_ir(
+      tf.TensorSpec([4, search.LENGTH_BUCKET], tf.int32))(stage="hlo")
+  assert "while" in hlo
 
 
 def test_bucket_rows_are_powers_of_2():

@@ -13,7 +13,6 @@ from tf_transformer import build_model, get_config
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.search import DecodingOptions, decode
-from tf_transformer.decoding.search import decode_in_parts
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -152,9 +151,10 @@ def test_stored_step_weights_decode_the_same(model, method):
       Step(model).prepare(SOURCES.shape[1] + 8))
   assert stored.output_kernel.shape == (model.config.model.d_model,
                                         model.config.model.vocab_size)
-  plain = tf.function(lambda s: decode_in_parts(model, s, options, 2))
+  options = dataclasses.replace(options, parts=2)
+  plain = tf.function(lambda s: decode(model, s, options))
   from_stored = tf.function(
-      lambda s: decode_in_parts(model, s, options, 2, stored))
+      lambda s: decode(model, s, options, step_weights=stored))
   plain_ids, plain_scores = plain(SOURCES)
   ids, scores = from_stored(SOURCES)
   np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())

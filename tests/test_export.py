@@ -23,7 +23,6 @@ from tf_transformer.data.epoch_batches import EpochBatches
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.data import sequences
 from tf_transformer.decoding.greedy import greedy_search
-from tf_transformer.decoding.search import model_beam_search
 from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
@@ -31,6 +30,7 @@ from tf_transformer.serving import export as export_lib
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import run_script
 import search_reference
+from training_helpers import beam_search as model_beam_search
 from training_helpers import write_run_dir
 
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}

@@ -7,9 +7,11 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer import Transformer, build_model, get_config
+from tf_transformer.config import TransformerConfig
+from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training.loss import LabelSmoothedCrossEntropy
-from training_helpers import copy_task
+from training_helpers import copy_task, vocabulary
 
 SOURCE = tf.constant([[5, 6, 7, 8, 9, EOS_ID, PAD_ID],
                       [10, 11, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]])
@@ -61,9 +63,30 @@ def test_xla_attention_switch_keeps_the_outputs():
   model = _model()
   compiled = model((SOURCE, TARGET_IN))
   model.set_xla_attention(False)
-  assert model.config.model.xla_attention is False
+  assert model.xla_attention is False
   assert not model.encoder.encoder_layers[0].self_attention.xla_attention
   np.testing.assert_allclose(model((SOURCE, TARGET_IN)), compiled, atol=1e-5)
+
+
+def test_xla_attention_is_the_runs_choice_not_the_configs():
+  """Not a config field: configs and .keras files of earlier versions that
+  hold it still load (the latter keeping its choice), --hparams names where
+  it went, and a module for serving leaves the model it was given as it
+  was."""
+  config = _model().config
+  assert "xla_attention" not in config.flat()
+  old = config.to_dict()
+  old["model"]["xla_attention"] = False
+  assert TransformerConfig.from_dict(old) == config
+  restored = Transformer.from_config({"config": old})
+  assert restored.xla_attention is False
+  with pytest.raises(ValueError, match="not a config field but a run option"):
+    get_config("tiny", "xla_attention=false")
+  model = _model()
+  module = TranslationModule(model, vocabulary())
+  assert model.xla_attention and module.model is not model
+  assert model.encoder.encoder_layers[0].self_attention.xla_attention
+  assert not module.model.xla_attention
 
 
 def test_trains_under_model_fit():

@@ -17,8 +17,9 @@ from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.translation_module import TranslationModule
 from tf_transformer.run import run_dir
-from tf_transformer.special_ids import PAD_ID
+from tf_transformer.special_ids import EOS_ID, PAD_ID
 from conftest import run_script
+import search_reference
 
 PAIRS = numbers.generate({"test": 16}, seed=5)["test"]
 SOURCES = [s for s, _ in PAIRS]
@@ -103,6 +104,52 @@ def test_outputs_start_with_the_prefix_and_keep_the_models_scores(
   np.testing.assert_allclose(
       np.asarray(out["score"])[same],
       np.asarray(scored["log_prob"] / penalty)[same], atol=1e-4)
+
+
+def _functions(concrete):
+  """Every function a traced signature's graph holds."""
+  return concrete.graph.as_graph_def().library.function
+
+
+@pytest.mark.parametrize("how", [dict(xla=True), dict(decode_parts=2)])
+def test_an_xla_or_parts_export_decodes_prefixes_its_way(trained_numbers_run,
+                                                        how):
+  """A prefix request goes through the export's own search: compiled by XLA
+  for an --xla export, as parallel parts for --decode_parts; the same
+  translations as the plain export's but where rounding can tip a decision,
+  and the same scores."""
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  options = DecodingOptions(max_decode_length_offset=10)
+  prefixes = _prefixes(vocab, REFERENCES[1:] + REFERENCES[:1], 2)
+  prefixes[:3] = [""] * 3
+  outputs, traced = [], None
+  for kwargs in ({}, how):
+    module = TranslationModule(model, vocab, options, max_input_tokens=24,
+                               **kwargs)
+    outputs.append(module.translate_with_prefix(_strings(SOURCES),
+                                                _strings(prefixes)))
+    traced = module.translate_with_prefix.get_concrete_function()
+  functions = _functions(traced)
+  if "xla" in how:
+    assert any(f.attr["_XlaMustCompile"].b for f in functions
+               if "_XlaMustCompile" in f.attr)
+  else:  # one search loop a part
+    assert sum("while_body" in f.signature.name and "decoder_step" in str(f)
+               for f in functions) == 2
+  plain, other = outputs
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  subwords = lambda out: [[processor.encode(t.decode())]
+                          for t in out["translation"].numpy()]
+  sources = [ids + [EOS_ID] for ids in processor.encode(SOURCES)]
+  forced = processor.encode(prefixes)
+  apart = search_reference.lines_apart(model, sources, subwords(plain),
+                                       subwords(other), max_length_offset=10,
+                                       prefixes=forced)
+  same = [line not in apart for line in range(len(SOURCES))]
+  assert all(t.decode().startswith(p) for t, p in zip(
+      other["translation"].numpy(), prefixes))
+  np.testing.assert_allclose(np.asarray(other["score"])[same],
+                             np.asarray(plain["score"])[same], atol=1e-4)
 
 
 @pytest.mark.parametrize("method", ["greedy", "sample"])

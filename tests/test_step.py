@@ -135,8 +135,9 @@ def test_no_variable_is_read_inside_the_search_loop():
   model = _model()
   stored = tf.nest.map_structure(
       lambda w: None if w is None else tf.Variable(w), Step(model).prepare(16))
-  traced = tf.function(lambda s: search.model_beam_search(
-      model, s, max_length_offset=8, step_weights=stored)).get_concrete_function(
+  traced = tf.function(lambda s: search.decode(
+      model, s, search.DecodingOptions(max_decode_length_offset=8),
+      step_weights=stored)).get_concrete_function(
           tf.TensorSpec([None, None], tf.int32))
   bodies = [f for f in traced.graph.as_graph_def().library.function
             if "while_body" in f.signature.name]

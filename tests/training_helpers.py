@@ -100,6 +100,16 @@ def copy_task(examples=256, length=6, vocab=20, seed=0):
        target_out.astype(np.int32))).batch(32)
 
 
+def beam_search(model, sources, beam_size=4, alpha=0.6, max_length_offset=50,
+                step_weights=None):
+  """(ids, scores) of beam search over `sources` through the one entry,
+  `search.decode`."""
+  from tf_transformer.decoding.search import DecodingOptions, decode  # pylint: disable=g-import-not-at-top
+  return decode(model, sources, DecodingOptions(
+      beam_size=beam_size, length_penalty_alpha=alpha,
+      max_decode_length_offset=max_length_offset), step_weights=step_weights)
+
+
 def token_log_probs(model, processor, sources, targets):
   """log P(y_t | y_<t, X) of each target piece and EOS, teacher forced
   through the Keras model: one array per sentence."""

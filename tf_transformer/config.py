@@ -37,8 +37,9 @@ def _check_positive(config, fields):
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """The model: its architecture (sections 3.1-3.5), its dropout (5.4)
-  and whether its attention core runs under XLA."""
+  """The model: its architecture (sections 3.1-3.5) and its dropout (5.4).
+  (How it runs, XLA or not, is the run's choice: `Transformer`'s
+  `xla_attention`, bin/train.py --xla_attention.)"""
 
   vocab_size: int = 37000
   num_layers: int = 6
@@ -54,7 +55,6 @@ class ModelConfig:
   layer_norm_epsilon: float = 1e-6
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
-  xla_attention: bool = True
 
   def __post_init__(self):
     _check_positive(self, ("vocab_size", "num_layers", "d_model", "d_ff",
@@ -118,8 +118,15 @@ FIELD_PART = {f.name: part for part, cls in PARTS.items()
               for f in dataclasses.fields(cls)}
 
 
+# Fields earlier versions saved that are a run's choice now, not its config:
+# their run directories and .keras files load without them.
+RUN_OPTIONS = {"xla_attention": "bin/train.py --xla_attention, "
+                                "Transformer(config, xla_attention=...)"}
+
+
 def _by_part(values: dict) -> dict:
   """{part: {field: value}} of flat `values`; unknown names raise."""
+  values = {k: v for k, v in values.items() if k not in RUN_OPTIONS}
   unknown = sorted(set(values) - set(FIELD_PART))
   if unknown:
     raise ValueError(f"unknown config field(s) {unknown}; known fields: "
@@ -173,7 +180,7 @@ class TransformerConfig:
       flat = {}
       for part, fields in values.items():
         flat.update(fields)
-        unknown = sorted(set(fields) - {
+        unknown = sorted(set(fields) - set(RUN_OPTIONS) - {
             f.name for f in dataclasses.fields(PARTS[part])})
         if unknown:
           raise ValueError(f"unknown {part} config field(s) {unknown}")
@@ -273,6 +280,9 @@ def parse_overrides(overrides: str) -> dict:
     name = name.strip()
     if not sep:
       raise ValueError(f"hparam {item!r}: expected name=value")
+    if name in RUN_OPTIONS:
+      raise ValueError(f"hparam {name!r} is not a config field but a run "
+                       f"option: {RUN_OPTIONS[name]}")
     if name not in fields:
       raise ValueError(f"hparam {name!r} is not a config field; known fields:"
                        f" {sorted(fields)}")

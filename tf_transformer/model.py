@@ -24,7 +24,7 @@ from tf_transformer.layers.embedding import positional_encoding
 from tf_transformer.layers.encoder import Encoder
 
 
-def _stack_arguments(config):
+def _stack_arguments(config, xla_attention):
   """Encoder and Decoder arguments from a `ModelConfig`."""
   return dict(num_layers=config.num_layers, num_heads=config.num_heads,
               d_ff=config.d_ff, d_k=config.d_k, d_v=config.d_v,
@@ -32,7 +32,7 @@ def _stack_arguments(config):
               attention_dropout_rate=config.attention_dropout_rate,
               norm_position=config.norm_position,
               layer_norm_epsilon=config.layer_norm_epsilon,
-              xla_attention=config.xla_attention)
+              xla_attention=xla_attention)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -47,14 +47,20 @@ class Transformer(keras.Model):
   `dtype` (a Keras dtype policy, the global one by default) reaches every
   layer: with "mixed_bfloat16" the matmuls run in bfloat16 and the weights
   stay float32. The logits are float32 whatever the policy, for the loss's
-  and the search's log-softmax.
+  and the search's log-softmax. `xla_attention` runs the attention core
+  under XLA (training's default; off for exports to TF Serving on CPU and
+  for decoding), the same function either way.
   """
 
-  def __init__(self, config, **kwargs):
+  def __init__(self, config, xla_attention=True, **kwargs):
     super().__init__(**kwargs)
     if isinstance(config, dict):
+      # A .keras file of an earlier version keeps the switch in its config.
+      xla_attention = config.get("model", config).get("xla_attention",
+                                                      xla_attention)
       config = TransformerConfig.from_dict(config)
     self.config = config
+    self.xla_attention = bool(xla_attention)
     c = config.model
     policy = self.dtype_policy
     embedding = lambda name: SharedEmbedding(c.vocab_size, c.d_model,
@@ -71,10 +77,10 @@ class Transformer(keras.Model):
         c.positional_encoding, c.max_length, "target_positions", policy)
     self.source_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
     self.target_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
-    self.encoder = Encoder(**_stack_arguments(c), name="encoder",
-                           dtype=policy)
-    self.decoder = Decoder(**_stack_arguments(c), name="decoder",
-                           dtype=policy)
+    self.encoder = Encoder(**_stack_arguments(c, xla_attention),
+                           name="encoder", dtype=policy)
+    self.decoder = Decoder(**_stack_arguments(c, xla_attention),
+                           name="decoder", dtype=policy)
 
   def build(self, input_shape=None):
     d_model = self.config.model.d_model
@@ -91,8 +97,8 @@ class Transformer(keras.Model):
 
   def set_xla_attention(self, enabled: bool):
     """Switches the XLA-compiled attention core on or off in every layer
-    (off for exports to TF Serving on CPU)."""
-    self.config = self.config.replace(xla_attention=bool(enabled))
+    (the same function; `with_xla_attention` leaves this model as it is)."""
+    self.xla_attention = bool(enabled)
     for layer in self._flatten_layers():
       if isinstance(layer, MultiHeadAttention):
         layer.xla_attention = bool(enabled)
@@ -165,17 +171,19 @@ class Transformer(keras.Model):
             "encoder_decoder": [w["cross"] for w in decoder_weights]}
 
   def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
+    return {**super().get_config(), "config": self.config.to_dict(),
+            "xla_attention": self.xla_attention}
 
   @classmethod
   def from_config(cls, config):
     return cls(**config)
 
 
-def build_model(config: TransformerConfig, dtype=None) -> Transformer:
+def build_model(config: TransformerConfig, dtype=None,
+                xla_attention=True) -> Transformer:
   """A Transformer with all its weights created, under the dtype policy
   `dtype` (None: the global one)."""
-  model = Transformer(config, dtype=dtype)
+  model = Transformer(config, xla_attention, dtype=dtype)
   model.build()
   return model
 
@@ -185,6 +193,16 @@ def with_dtype_policy(model: Transformer, dtype) -> Transformer:
   the policy's variable dtype: with "bfloat16", half the bytes that an export
   keeps and that every decoding step reads, its matmuls in bfloat16; layer
   norms, softmaxes and the logits stay float32 (docs/model.md)."""
-  copy = build_model(model.config, dtype)
+  copy = build_model(model.config, dtype, model.xla_attention)
+  copy.set_weights(model.get_weights())
+  return copy
+
+
+def with_xla_attention(model: Transformer, enabled) -> Transformer:
+  """`model` itself if its attention core already runs under XLA as
+  `enabled` asks, else a copy with the same weights that does."""
+  if model.xla_attention == bool(enabled):
+    return model
+  copy = build_model(model.config, model.dtype_policy.name, enabled)
   copy.set_weights(model.get_weights())
   return copy

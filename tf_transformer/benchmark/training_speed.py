@@ -54,13 +54,13 @@ def _strategy(devices):
 def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
             peak_gflops=None):
   """A dict of figures for one variant and one sentence length."""
-  config = config.replace(xla_attention=variant.xla_attention,
-                          train_steps=10**9, batch_tokens=batch_tokens)
+  config = config.replace(train_steps=10**9, batch_tokens=batch_tokens)
   options = trainer_lib.TrainOptions(
       model_dir=tempfile.mkdtemp(prefix="tf_transformer_bench_"),
       max_length=length,
       eval_every_steps=0, checkpoint_every_secs=0,
-      jit_compile_step=variant.jit_compile_step, xla_loss=variant.xla_loss,
+      jit_compile_step=variant.jit_compile_step,
+      xla_attention=variant.xla_attention, xla_loss=variant.xla_loss,
       mixed_precision=variant.mixed_precision, log_gradient_norm=False)
   trainer = trainer_lib.Trainer(config, None, DataSpec(), options,
                                 _strategy(variant.devices))

@@ -20,10 +20,9 @@ grow again. A sentence's search is over ("early stop") when
   length penalty it could get): nothing can change any more;
 - or at its own limit (`limits`, e.g. source length + 50), where the
   candidates of that step are finished as they are.
-The first rule makes the Multi30k benchmark 1.4x faster than the second
-alone, with the same outputs (1,000 of 1,000 lines); without its second
-half it stops too soon for weak models (numbers task: 186 of 200 lines
-kept).
+The first rule stops most sentences well before the second would
+(docs/performance.md); without its second half it would stop too soon for
+weak models, before a hypothesis that still scores better has finished.
 
 Sentences whose search is over leave the batch (`select_cache`), so later
 steps compute only the rest; their results are fixed from the step they are
@@ -39,9 +38,9 @@ import typing
 import tensorflow as tf
 
 from tf_transformer.decoding import limits as limits_lib
+from tf_transformer.decoding.limits import NEG_INF
 from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
-NEG_INF = -1e9  # scores are float32 whatever the model's dtype
 RETIRE_FRACTION = 4  # done sentences leave once they are 1/4 of the batch
 
 
@@ -51,11 +50,11 @@ def length_penalty(length, alpha):
 
 
 def top_k(x, k, block=64):
-  """tf.math.top_k(x, k) over the last axis of a [rows, n] tensor, three
-  times faster for a vocabulary: the k best values lie in the k blocks of
-  `block` columns with the best maxima, so one reduction over all columns
-  and two top-k over k * block of them replace a top-k over all n (TF's
-  TopKV2 costs about 1.4 ms on [128, 8000], this 0.47 ms)."""
+  """tf.math.top_k(x, k) over the last axis of a [rows, n] tensor, for a
+  vocabulary: the k best values lie in the k blocks of `block` columns with
+  the best maxima, so one reduction over all columns and two top-k over
+  k * block of them replace a top-k over all n (faster than TopKV2 there:
+  docs/performance.md)."""
   n = x.shape[-1]
   if n is None or n < 4 * k * block:
     return tf.math.top_k(x, k=k)
@@ -287,8 +286,8 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
     state = state._replace(done=done)
     if compact:
       # Leaving copies the cache: wait until it pays, i.e. until a
-      # quarter of the batch is done (measured: 8% faster than at once).
-      # (All done is a quarter too.)
+      # quarter of the batch is done (docs/performance.md). (All done is a
+      # quarter too.)
       leave = (tf.reduce_mean(tf.cast(done, tf.float32))
                >= 1 / RETIRE_FRACTION)
       state, output = tf.cond(

@@ -8,7 +8,7 @@ combined, as fairseq, OpenNMT-py and Marian ensemble; the paper's
 
 `Ensemble` offers what an export (`TranslationModule`) and forced scoring
 ask of a `Transformer` (a teacher-forced call, `attention_weights`,
-`config`, `set_xla_attention`), and `EnsembleStep` what a search asks of
+`config`), and `EnsembleStep` what a search asks of
 `decoding/step.Step`. Each member keeps its own memory, cache and step
 weights (tuples, one entry a member), so members may differ in depth,
 width or heads; only the vocabulary must be the same.
@@ -27,6 +27,7 @@ import math
 import tensorflow as tf
 
 from tf_transformer.decoding.step import Step
+from tf_transformer.model import with_xla_attention
 
 AVERAGES = ("log_probs", "probs")
 
@@ -59,10 +60,6 @@ class Ensemble(tf.Module):
     """The lead member's config: its decoding part and length limits are
     the ensemble's."""
     return self.lead.config
-
-  def set_xla_attention(self, enabled):
-    for member in self.members:
-      member.set_xla_attention(enabled)
 
   def combine(self, logits):
     """[..., vocab] log-probabilities of the ensemble from each member's
@@ -134,6 +131,18 @@ class EnsembleStep:
 
   def sentence_axes(self, cache):
     return tuple(s.sentence_axes(c) for s, c in zip(self.steps, cache))
+
+
+def without_xla_attention(model):
+  """A `Transformer` or an `Ensemble` whose attention runs without XLA:
+  `model` itself where it does, else copies (`with_xla_attention` of
+  tf_transformer/model.py)."""
+  if isinstance(model, Ensemble):
+    members = [without_xla_attention(m) for m in model.members]
+    if all(a is b for a, b in zip(members, model.members)):
+      return model
+    return Ensemble(members, model.average)
+  return with_xla_attention(model, False)
 
 
 def step_of(model, static=False):

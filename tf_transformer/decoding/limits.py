@@ -9,6 +9,10 @@ import tensorflow as tf
 
 from tf_transformer.special_ids import NEVER_OUTPUT
 
+# The score of what a search must never pick: a finite float32, so that
+# sums and differences of it stay finite (whatever the model's dtype).
+NEG_INF = -1e9
+
 
 def output_limits(source_mask, max_length_offset, max_length=None):
   """(limits [batch] int32, max_length) for the source padding mask

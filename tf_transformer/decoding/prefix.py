@@ -16,9 +16,8 @@ import typing
 
 import tensorflow as tf
 
+from tf_transformer.decoding.limits import NEG_INF
 from tf_transformer.special_ids import PAD_ID
-
-NEG_INF = -1e9
 
 
 class Prefix(typing.NamedTuple):

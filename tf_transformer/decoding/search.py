@@ -1,11 +1,19 @@
-"""Decoding a `Transformer`: beam search (section 6.1, the default), greedy
-decoding or sampling, behind one `decode(model, source_ids, options)`.
+"""Decoding a `Transformer` or an `Ensemble`: beam search (section 6.1, the
+default), greedy decoding or sampling, through one entry,
+
+    ids, scores = decode(model, source_ids, DecodingOptions(...),
+                         prefix=None, step_weights=None)
+
+whatever the request: n-best lists, a target prefix (`decoding/prefix.py`),
+the batch dealt into independent searches (`parts`), or compiled by XLA on
+padded shapes (`xla`).
 
 Every method returns n-best lists with comparable scores, log P(Y|X) / lp(Y)
 with GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha: beam search keeps `beam_size`
 hypotheses, sampling draws `num_samples` and sorts them, greedy gives one.
 """
 
+import collections
 import dataclasses
 from typing import Optional
 
@@ -24,8 +32,8 @@ from tf_transformer.decoding import step as step_lib
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
-# Source lengths are padded to multiples of this under XLA (one compiled
-# search per multiple and batch size, not one per request).
+# Source and prefix lengths are padded to multiples of this under XLA (one
+# compiled search per multiple and batch size, not one per request).
 LENGTH_BUCKET = 16
 _OLD_NAMES = {"alpha": "length_penalty_alpha",
               "max_length_offset": "max_decode_length_offset"}
@@ -36,12 +44,16 @@ class DecodingOptions(DecodingConfig):
   """How to decode: a config's decoding part (beam_size,
   length_penalty_alpha, max_decode_length_offset; the paper's 4, 0.6, +50,
   section 6.1; the parsing preset's 21, 0.3, +300, section 6.3) and the
-  choices of one decoding: the method, and sampling's settings."""
+  choices of one decoding: the method, sampling's settings, and how it
+  runs: `parts` independent searches over the batch (`_in_parts`), or
+  compiled by XLA (`xla`, `_in_buckets`); the same outputs either way."""
   method: str = "beam"
   temperature: float = 1.0
   top_k: int = 0
   num_samples: int = 1
   seed: Optional[int] = None
+  parts: int = 1
+  xla: bool = False
 
   def __post_init__(self):
     super().__post_init__()
@@ -50,6 +62,12 @@ class DecodingOptions(DecodingConfig):
     limits_lib.check_sampling(self.temperature, self.top_k)
     if self.num_samples < 1:
       raise ValueError(f"num_samples={self.num_samples}: must be >= 1")
+    if self.parts < 1:
+      raise ValueError(f"parts={self.parts}: must be >= 1")
+    if self.xla and self.parts > 1:
+      raise ValueError(f"parts={self.parts} with xla=True: the parts' "
+                       "shapes depend on the lengths, which XLA would "
+                       "compile anew for every request")
 
   @classmethod
   def from_config(cls, config, **overrides):
@@ -76,21 +94,36 @@ class DecodingOptions(DecodingConfig):
             "sample": self.num_samples}[self.method]
 
 
-def decode(model, source_ids, options=DecodingOptions(), max_length=None,
-           step_weights=None, prefix=None):
-  """(ids [batch, nbest, length], scores [batch, nbest]), best first, for
-  `source_ids` [batch, source_length] (EOS-terminated, PAD-padded).
-  `max_length` (at least every sentence's limit) fixes the buffers' length,
-  a static shape for XLA; the ids then have `max_length` columns.
-  `step_weights`: the decoding step's weights (`step.Step.prepare`, an
-  export's stored copy; by default prepared from the model at each
-  call). `prefix`: a `prefix.Prefix` of
-  target tokens each output starts with (`decoding/prefix.py`)."""
+def decode(model, source_ids, options=DecodingOptions(), *, prefix=None,
+           step_weights=None):
+  """The one search entry.
+
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+    source_ids: [batch, source_length] int32, EOS-terminated, PAD-padded.
+    options: `DecodingOptions`.
+    prefix: a `prefix.Prefix` of target tokens each output starts with.
+    step_weights: the decoding step's weights (`step.Step.prepare`, an
+      export's stored copy); by default prepared from the model at each
+      call.
+  Returns:
+    (ids [batch, nbest, length], scores [batch, nbest]), best first, PAD
+    after each output.
+  """
+  if options.xla:
+    return _in_buckets(model, source_ids, options, prefix, step_weights)
+  if options.parts > 1:
+    return _in_parts(model, source_ids, options, prefix, step_weights)
+  return _search(model, source_ids, options, prefix, step_weights)
+
+
+def _search(model, source_ids, options, prefix=None, step_weights=None,
+            max_length=None):
+  """`decode` in one loop. `max_length` (at least every sentence's limit)
+  fixes the buffers' length and makes every shape static, as XLA needs;
+  the ids then have `max_length` columns."""
   if options.method == "beam":
-    return model_beam_search(model, source_ids, options.beam_size,
-                             options.length_penalty_alpha,
-                             options.max_decode_length_offset, max_length,
-                             step_weights, prefix)
+    return _beam(model, source_ids, options, max_length, step_weights, prefix)
   n = options.nbest
   batch = tf.shape(source_ids)[0]
   if options.method == "greedy":
@@ -111,37 +144,70 @@ def decode(model, source_ids, options=DecodingOptions(), max_length=None,
   return tf.gather(ids, order, batch_dims=1), scores
 
 
-def fixed_shape_decode(model, source_ids, options=DecodingOptions(),
-                       step_weights=None):
-  """`decode` with every buffer sized by `source_ids`' shape alone (its
-  length + the offset), never by its values: compiled with XLA, one program
-  serves every batch of that shape. The ids have that many columns."""
-  max_length = tf.shape(source_ids)[1] + options.max_decode_length_offset
-  return decode(model, source_ids, options, max_length, step_weights)
+# The compiled searches last used: (model, options, step weights, with a
+# prefix) -> the search. A server's module keeps one model and options, so
+# it compiles once per shape; a few entries bound what a process that
+# decodes many models keeps.
+_COMPILED = collections.OrderedDict()
+_COMPILED_KEPT = 8
 
 
-def decode_in_buckets(compiled_decode, source_ids, options=DecodingOptions(),
-                      length_multiple=LENGTH_BUCKET):
-  """`compiled_decode` (a `fixed_shape_decode` compiled with XLA) of
-  `source_ids` padded to a bucket: rows to the next power of 2 (with
-  one-token sentences), columns to the next multiple of `length_multiple`,
-  so a server compiles a few programs once instead of one per request.
-  Returns what `decode` returns for `source_ids`, PAD-padded to the
-  batch's longest limit."""
+def _compiled_search(model, options, step_weights, with_prefix):
+  """The search under XLA with every buffer sized by the inputs' shapes
+  alone (the source length + the offset), never by their values: one
+  program serves every batch of a shape."""
+  key = (id(model), options, id(step_weights), with_prefix)
+  found = _COMPILED.get(key)
+  if found is None or found[0] is not model or found[1] is not step_weights:
+
+    def search(source_ids, *prefix):
+      max_length = (tf.shape(source_ids)[1]
+                    + options.max_decode_length_offset)
+      return _search(model, source_ids, options,
+                     prefix_lib.Prefix(*prefix) if prefix else None,
+                     step_weights, max_length)
+    found = (model, step_weights, tf.function(search, jit_compile=True))
+    _COMPILED[key] = found
+    while len(_COMPILED) > _COMPILED_KEPT:
+      _COMPILED.popitem(last=False)
+  _COMPILED.move_to_end(key)
+  return found[2]
+
+
+def _in_buckets(model, source_ids, options, prefix, step_weights):
+  """`decode` compiled by XLA on `source_ids` (and `prefix`) padded to a
+  bucket: rows to the next power of 2 (with one-token sentences), columns
+  to the next multiple of LENGTH_BUCKET, so that a server compiles a few
+  programs once instead of one per request. Returns what `decode` returns
+  for `source_ids`, PAD-padded to the batch's longest limit."""
   batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
   rows = _next_power_of_2(tf.maximum(batch, 1))
-  columns = (length + length_multiple - 1) // length_multiple * length_multiple
-  padded = tf.pad(source_ids, [[0, rows - batch], [0, columns - length]],
+  padded = tf.pad(source_ids, [[0, rows - batch],
+                               [0, _bucket(length) - length]],
                   constant_values=PAD_ID)
   # Filler rows are one-token sentences (EOS): all-PAD ones attend nowhere.
   filler = tf.range(rows)[:, tf.newaxis] >= batch
-  padded = tf.where(filler & (tf.range(columns) == 0), EOS_ID, padded)
-  ids, scores = compiled_decode(padded)
-  lengths = _lengths(source_ids)
+  padded = tf.where(filler & (tf.range(tf.shape(padded)[1]) == 0), EOS_ID,
+                    padded)
+  arguments = [padded]
+  if prefix is not None:  # filler rows and columns: no prefix there
+    width = tf.shape(prefix.ids)[1]
+    arguments += [tf.pad(prefix.ids, [[0, rows - batch],
+                                      [0, _bucket(width) - width]]),
+                  tf.pad(prefix.lengths, [[0, rows - batch]])]
+  ids, scores = _compiled_search(model, options, step_weights,
+                                 prefix is not None)(*arguments)
   # (an empty batch's maximum is the lowest int32: its limit is 1)
   limit = tf.maximum(
-      tf.reduce_max(lengths) + options.max_decode_length_offset, 1)
+      tf.reduce_max(_lengths(source_ids)) + options.max_decode_length_offset,
+      1)
   return ids[:batch, :, :limit], scores[:batch]
+
+
+def _bucket(length):
+  """The next multiple of LENGTH_BUCKET, at least one."""
+  return tf.maximum((length + LENGTH_BUCKET - 1) // LENGTH_BUCKET, 1) * (
+      LENGTH_BUCKET)
 
 
 def _lengths(ids):
@@ -159,22 +225,19 @@ def _next_power_of_2(n):
   return n + 1
 
 
-def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
-                    step_weights=None):
-  """`decode`, with the batch sorted by source length and dealt into `parts`
-  slices round-robin (sentences 0, N, 2N... of the sorted batch to the
-  first, 1, N+1... to the second), decoded by independent loops, which
-  TensorFlow's executor runs at the same time on its inter-op threads; the
-  results come back in the input's order. Dealt rather than cut into
-  contiguous runs, every part holds short and long sentences alike, so the
-  loops end together instead of the short part's core idling while the long
-  one decodes (1,000 Multi30k captions at batch 32: 1.08x). On a CPU
-  whose ops are too small to keep several intra-op threads busy (a decoder
-  step at serving batch sizes), this uses the cores: with
-  --tensorflow_intra_op_parallelism=1 and one inter-op thread a part, 2
-  parts decode Multi30k 1.3x faster on 2 cores than 1."""
-  if parts == 1:
-    return decode(model, source_ids, options, step_weights=step_weights)
+def _in_parts(model, source_ids, options, prefix, step_weights):
+  """`decode`, with the batch sorted by source length and dealt into
+  `options.parts` slices round-robin (sentences 0, N, 2N... of the sorted
+  batch to the first, 1, N+1... to the second), decoded by independent
+  loops, which TensorFlow's executor runs at the same time on its inter-op
+  threads; the results come back in the input's order. Dealt rather than
+  cut into contiguous runs, every part holds short and long sentences
+  alike, so the loops end together instead of one part's core idling while
+  another decodes. Where a step's ops are too small to keep several
+  intra-op threads busy (a decoder step at serving batch sizes), this uses
+  the cores: with --tensorflow_intra_op_parallelism=1 and one inter-op
+  thread a part (docs/performance.md)."""
+  parts = options.parts
   lengths = _lengths(source_ids)
   order = tf.argsort(lengths, stable=True)
   # The input rows of each part, in the order their results are concatenated.
@@ -184,11 +247,12 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
     part_ids = tf.gather(source_ids, part_rows)
     # Each part cut to its own longest source.
     part_ids = part_ids[:, :tf.reduce_max(tf.gather(lengths, part_rows))]
+    part_prefix = prefix and prefix_lib.select(prefix, part_rows)
     # A batch smaller than `parts` leaves parts empty: no search for them.
     results.append(tf.cond(
         tf.size(part_ids) > 0,
-        lambda part_ids=part_ids: decode(model, part_ids, options,
-                                         step_weights=step_weights),
+        lambda ids=part_ids, forced=part_prefix: _search(
+            model, ids, options, forced, step_weights),
         lambda: (tf.zeros([0, options.nbest, 1], tf.int32),
                  tf.zeros([0, options.nbest]))))
   longest = tf.reduce_max([tf.shape(ids)[2] for ids, _ in results])
@@ -199,21 +263,22 @@ def decode_in_parts(model, source_ids, options=DecodingOptions(), parts=2,
   return tf.gather(ids, inverse), tf.gather(scores, inverse)
 
 
-def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
-                      max_length_offset=50, max_length=None,
-                      step_weights=None, prefix=None):
-  """(ids [batch, beam, length], scores [batch, beam]) for `source_ids`
-  [batch, source_length] (EOS-terminated, PAD-padded). Each output has at
-  most its source length + `max_length_offset` tokens; `max_length` fixes
-  the buffers' length (a static shape, for XLA), else it is the longest
-  limit of the batch. With `max_length` every shape stays static (no
-  sentence leaves the batch), as XLA needs."""
+def _beam(model, source_ids, options, max_length=None, step_weights=None,
+          prefix=None):
+  """(ids [batch, beam, length], scores [batch, beam]) of beam search
+  (`beam_search.py`) for `source_ids` [batch, source_length]
+  (EOS-terminated, PAD-padded). Each output has at most its source length +
+  `options.max_decode_length_offset` tokens; `max_length` fixes the
+  buffers' length (a static shape, for XLA), else it is the longest limit
+  of the batch. With `max_length` every shape stays static (no sentence
+  leaves the batch), as XLA needs."""
+  beam_size = options.beam_size
   compact = max_length is None
   decoder = step_of(model, static=not compact)
   batch_size = tf.shape(source_ids)[0]
   memory, source_mask = decoder.encode(source_ids)
-  limits, max_length = limits_lib.output_limits(source_mask,
-                                                max_length_offset, max_length)
+  limits, max_length = limits_lib.output_limits(
+      source_mask, options.max_decode_length_offset, max_length)
   weights = step_lib.read(decoder, step_weights, max_length)
   # The beams share their sentence's memory; only `ancestors` is reordered.
   # The source mask rides in the search's cache, so that it follows the
@@ -243,7 +308,7 @@ def model_beam_search(model, source_ids, beam_size=4, alpha=0.6,
 
   return beam_search(
       symbols_to_logits, cache, batch_size, limits, max_length, beam_size,
-      alpha, reorder_cache=reorder_cache,
+      options.length_penalty_alpha, reorder_cache=reorder_cache,
       select_cache=select_cache if compact else None,
       cache_batch_axes=dict(
           {"decoder": decoder.sentence_axes(cache["decoder"]),

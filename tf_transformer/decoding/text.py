@@ -1,6 +1,5 @@
 """Text in, text out around a decoding function, in batches (eager)."""
 
-import numpy as np
 import tensorflow as tf
 
 from tf_transformer.data import sequences
@@ -9,25 +8,36 @@ from tf_transformer.data import sequences
 def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
               max_batch_size=256):
   """Applies `decode_fn(source_ids) -> ids [batch, length]` to `texts` and
-  returns the detokenized outputs, in the order of `texts`. The texts are
-  decoded sorted by length, in batches of about `batch_tokens` source
-  subwords (at most `max_batch_size` sentences), so that little of a batch
-  is padding and a dev set costs a few batches."""
+  returns the detokenized outputs, in the order of `texts`, decoded in
+  `length_batches` of about `batch_tokens` source subwords (at most
+  `max_batch_size` sentences), so that little of a batch is padding and a
+  dev set costs a few batches."""
   if not texts:
     return []
   ids = sequences.source_ids(vocabulary, tf.constant(texts))
-  lengths = ids.row_lengths().numpy()
-  order = np.argsort(lengths, kind="stable")
   outputs = [None] * len(texts)
-  start = 0
-  while start < len(order):
-    end = start + 1
-    while end < len(order) and end - start < max_batch_size and (
-        (end + 1 - start) * lengths[order[end]] <= batch_tokens):
-      end += 1
-    rows = order[start:end]
+  for rows in length_batches(ids.row_lengths().numpy(), batch_tokens,
+                             max_batch_size):
     decoded = decode_fn(tf.gather(ids, rows).to_tensor())
     for row, text in zip(rows, vocabulary.detokenize(decoded).numpy()):
       outputs[row] = text.decode("utf-8")
-    start = end
   return outputs
+
+
+def length_batches(lengths, batch_tokens, max_sentences):
+  """Batches (lists of indices into `lengths`) of texts of similar length,
+  as OpenNMT-tf, fairseq and Marian batch a file: sorted by length, each
+  batch as many texts as fit `batch_tokens` padded tokens (the longest
+  length times the count) and at most `max_sentences`; a text longer than
+  the budget goes alone. Longest first, so that a budget that is too large
+  shows at once."""
+  batches, batch, longest = [], [], 0
+  for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+    longest_with = max(longest, lengths[i])
+    if batch and (longest_with * (len(batch) + 1) > batch_tokens
+                  or len(batch) == max_sentences):
+      batches.append(batch)
+      batch, longest_with = [], lengths[i]
+    batch.append(i)
+    longest = longest_with
+  return batches + ([batch] if batch else [])

@@ -42,11 +42,13 @@ signature or TF Serving feeds it, and the batch would be flattened.
 By default nothing is compiled with XLA, since stock TF Serving on CPU runs
 with its XLA:CPU JIT off; `xla=True` compiles the search for servers
 started with --xla_cpu_compilation_enabled, on requests padded to a few
-shapes (`search.decode_in_buckets`), so that the server compiles once per
-shape (a power-of-2 batch size and a multiple of 16 subwords), not per
-request. `decode_parts=N` decodes each request as N slices at once, the
-length-sorted sentences dealt round-robin (`search.decode_in_parts`), for
-servers run with --tensorflow_intra_op_parallelism=1 and N inter-op threads.
+shapes, so that the server compiles once per shape (a power-of-2 batch size
+and a multiple of 16 subwords), not per request. `decode_parts=N` decodes
+each request as N slices at once, the length-sorted sentences dealt
+round-robin, for servers run with --tensorflow_intra_op_parallelism=1 and N
+inter-op threads. Both are `DecodingOptions` of the one `search.decode`
+(`xla`, `parts`), so they hold for every signature that searches, a target
+prefix's included.
 """
 
 import dataclasses
@@ -57,11 +59,9 @@ from tf_transformer.data import sequences
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import scoring
 from tf_transformer.decoding.ensemble import step_of
+from tf_transformer.decoding.ensemble import without_xla_attention
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
-from tf_transformer.decoding.search import decode_in_buckets
-from tf_transformer.decoding.search import decode_in_parts
-from tf_transformer.decoding.search import fixed_shape_decode
 from tf_transformer.special_ids import PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -73,7 +73,11 @@ class TranslationModule(tf.Module):
 
   def __init__(self, model, vocabulary, options=DecodingOptions(),
                max_input_tokens=256, xla=False, decode_parts=1):
+    """`model`: a `Transformer` or an `Ensemble`, left as it is: one whose
+    attention core runs under XLA is decoded from a copy without (stock TF
+    Serving on CPU runs no XLA)."""
     super().__init__()
+    model = without_xla_attention(model)
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
     if model.config.model.positional_encoding == "learned":
@@ -83,40 +87,29 @@ class TranslationModule(tf.Module):
       options = dataclasses.replace(options, max_decode_length_offset=min(
           options.max_decode_length_offset,
           model.config.model.max_length - max_input_tokens - 1))
-    self.options = options
+    # (DecodingOptions refuses xla with parts > 1.)
+    self.options = options = dataclasses.replace(options, xla=xla,
+                                                 parts=decode_parts)
     self.nbest_size = options.nbest
     self.max_input_tokens = max_input_tokens
     # The longest output the search gives (EOS aside).
     self.max_output_tokens = (max_input_tokens
                               + options.max_decode_length_offset)
-    if xla and decode_parts > 1:
-      raise ValueError(f"decode_parts={decode_parts} with xla=True: the "
-                       "parts' shapes depend on the lengths, which XLA "
-                       "would compile anew for every request")
-    self.decode_parts = decode_parts
-    model.set_xla_attention(False)
     # The decoding step's weights as it multiplies by them
     # (`decoding/step_weights.py`), saved with the export rather than
     # rebuilt for every request; a search reads them once, before its loop.
     self.step_weights = tf.nest.map_structure(
         lambda w: None if w is None else tf.Variable(w, trainable=False),
         step_of(model).prepare(self.max_output_tokens + 2))
-    if xla:
-      self._compiled = tf.function(self._fixed_shape_search, jit_compile=True)
-      self._search = self._bucketed_search
-    else:
-      self._search = tf.function(self._search_ids)
+    # One function that every signature calls (saved once, not inlined in
+    # each).
+    self._search = tf.function(self._decode)
 
-  def _search_ids(self, source_ids):
-    return decode_in_parts(self.model, source_ids, self.options,
-                           self.decode_parts, self.step_weights)
-
-  def _fixed_shape_search(self, source_ids):
-    return fixed_shape_decode(self.model, source_ids, self.options,
-                              self.step_weights)
-
-  def _bucketed_search(self, source_ids):
-    return decode_in_buckets(self._compiled, source_ids, self.options)
+  def _decode(self, source_ids, prefix=None):
+    """`search.decode` with this module's options and stored weights: every
+    signature's search, prefixed or not."""
+    return decode(self.model, source_ids, self.options, prefix=prefix,
+                  step_weights=self.step_weights)
 
   def _encode(self, text):
     return sequences.source_ids(self.tokenizer, text,
@@ -193,8 +186,7 @@ class TranslationModule(tf.Module):
     def search():
       forced = prefix_lib.from_ragged(sequences.subwords(
           self.tokenizer, prefix)[:, :self.max_output_tokens])
-      ids, scores = decode(self.model, self._encode(text), self.options,
-                           step_weights=self.step_weights, prefix=forced)
+      ids, scores = self._search(self._encode(text), forced)
       return self.tokenizer.detokenize(ids[:, 0]), scores[:, 0]
     translation, score = self._if_not_empty(
         text, search, (tf.zeros([0], tf.string), tf.zeros([0])))

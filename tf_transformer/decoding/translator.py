@@ -5,6 +5,7 @@ bin/translate.py and bin/evaluate.py share."""
 import tensorflow as tf
 
 from tf_transformer.decoding import ct2_runtime
+from tf_transformer.decoding.text import length_batches
 
 
 def one_line(text):
@@ -178,25 +179,6 @@ class Translator:
       chunk, limit = self._count_fn(list(texts[start:start + 1024]))
       counts += [int(n) for n in chunk]
     return counts, limit
-
-
-def length_batches(lengths, batch_tokens, max_sentences):
-  """Batches (lists of indices into `lengths`) of texts of similar length,
-  as OpenNMT-tf, fairseq and Marian batch a file: sorted by length, each
-  batch as many texts as fit `batch_tokens` padded tokens (the longest
-  length times the count) and at most `max_sentences`; a text longer than
-  the budget goes alone. Longest first, so that a budget that is too large
-  shows at once."""
-  batches, batch, longest = [], [], 0
-  for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-    longest_with = max(longest, lengths[i])
-    if batch and (longest_with * (len(batch) + 1) > batch_tokens
-                  or len(batch) == max_sentences):
-      batches.append(batch)
-      batch, longest_with = [], lengths[i]
-    batch.append(i)
-    longest = longest_with
-  return batches + ([batch] if batch else [])
 
 
 def _prefix_fn(translate_with_prefix):

@@ -7,9 +7,9 @@ from tf_transformer.layers import named_weights
 from tf_transformer.layers.policy import PolicyLayer
 
 # A matmul whose rows (of the weight, or of the activations it writes) lie a
-# multiple of 512 bytes apart ran at 0.5-0.7x on the AVX2 AMD EPYC measured,
-# where their rows fall into the same cache sets (docs/performance.md,
-# "Widths a multiple of 512 bytes"). d_ff is a power of two in every preset.
+# multiple of 512 bytes apart can run slower, its rows falling into the same
+# cache sets (docs/performance.md, "Widths a multiple of 512 bytes"). d_ff is
+# a power of two in every preset.
 _ALIASING_STRIDE_BYTES = 512
 _CACHE_LINE_BYTES = 64
 
@@ -39,8 +39,8 @@ class PositionwiseFeedForward(PolicyLayer):
 
   The inner layer has `d_ff` units; the output has the input's d_model.
   The weights are two `Dense` layers, `inner` and `outer`; the product runs
-  on W_1 and W_2 padded with `inner_padding` zero units (the same function;
-  1.13x the whole training step of `small_corpus` on that AMD EPYC).
+  on W_1 and W_2 padded with `inner_padding` zero units (the same function,
+  off the cache-aliasing widths above).
   """
 
   def __init__(self, d_ff, **kwargs):

@@ -1,14 +1,14 @@
 """A run directory turned into what the commands use: its model and
-vocabulary (`run_dir.load_trained_model`), an in-process `TranslationModule`
-(the export's own graph code, unsaved), or a `Translator` over it; several
-run directories, into an ensemble of their models."""
+vocabulary (`run_dir.load_trained_model`), or an in-process
+`TranslationModule` (the export's own graph code, unsaved; the one way to
+open a translator is `runner.open_translator`); several run directories,
+into an ensemble of their models."""
 
 import os
 
 from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.translation_module import TranslationModule
-from tf_transformer.decoding.translator import Translator
 from tf_transformer.run import run_dir
 
 
@@ -73,12 +73,3 @@ def translation_module(model_dir, checkpoint=None,
   ensemble_average, **options)`."""
   return TranslationModule(*trained(model_dir, checkpoint, ensemble_average,
                                     **options))
-
-
-def translator(model_dir, checkpoint=None, ensemble_average="log_probs",
-               **options):
-  """A `Translator` over `translation_module(model_dir, checkpoint,
-  ensemble_average, **options)`, run in-process (for an export:
-  `Translator.from_export`)."""
-  return Translator.from_module(translation_module(
-      model_dir, checkpoint, ensemble_average, **options))

@@ -24,7 +24,6 @@ from tf_transformer.data import numbers
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.decoding.search import DecodingOptions
-from tf_transformer.decoding.translator import Translator
 from tf_transformer.decoding.translator import one_line
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
@@ -245,7 +244,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   times["export"] = time.time() - start
 
   start = time.time()
-  translator = Translator.from_export(export)
+  translator = runner_lib.open_translator(model=export)
   scores = {}
   for split, (source, reference) in texts.items():
     output = os.path.join(work_dir, split + ".translation")

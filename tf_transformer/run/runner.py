@@ -270,7 +270,7 @@ class Runner:
     saved = run_dir.load_config(self.model_dir)
     asked = config.replace(vocab_size=saved.model.vocab_size).flat()
     decoding = {f.name for f in dataclasses.fields(config_lib.DecodingConfig)}
-    may_change = {"xla_attention", "train_steps"} | decoding
+    may_change = {"train_steps"} | decoding
     if allow_recipe_change:
       may_change |= set(asked) - set(config_lib.ARCHITECTURE_FIELDS)
     changed = {k: (v, asked[k]) for k, v in saved.flat().items()
@@ -375,10 +375,6 @@ class Runner:
     return dict(scores, **evaluator.teacher_forced_losses(
         model, vocabulary, pairs, label_smoothing))
 
-  def translator(self, checkpoint=None, **decoding) -> Translator:
-    """An in-process translator over `checkpoint` (default: the newest)."""
-    return loading.translator(self.model_dir, checkpoint, **decoding)
-
 
 def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
                     **decoding) -> Translator:
@@ -396,7 +392,8 @@ def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
       raise ValueError(f"{', '.join(given)}: the decoding is fixed in an "
                        "export; re-export, or use the run")
     return Translator.from_export(model)
-  return loading.translator(model_dir, None, ensemble_average, **decoding)
+  return Translator.from_module(loading.translation_module(
+      model_dir, None, ensemble_average, **decoding))
 
 
 def open_scorer(model) -> Scorer:

@@ -11,7 +11,8 @@ from tf_transformer.training import strategy as strategy_lib
 TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "checkpoint_every_steps", "checkpoint_every_secs",
                  "keep_checkpoints", "eval_every_steps", "eval_max_sentences",
-                 "log_every_steps", "seed", "jit_compile_step", "xla_loss",
+                 "log_every_steps", "seed", "jit_compile_step",
+                 "xla_attention", "xla_loss",
                  "log_gradient_norm", "train_minutes", "divergence_factor",
                  "divergence_window", "eval_decoding", "best_metric",
                  "early_stopping", "early_stopping_min_delta")
@@ -125,8 +126,7 @@ def define_flags():
 
 
 def config_from_flags(values=None):
-  """The preset with --hparams, --xla_attention, --train_steps and
-  --batch_tokens applied; for --config=auto a `config.AutoConfig`, which
+  """The preset with --hparams, --train_steps and --batch_tokens applied; for --config=auto a `config.AutoConfig`, which
   the run resolves by its training pairs."""
   values = values or flags.FLAGS
   if values.init_from and values.config == "auto":
@@ -134,10 +134,9 @@ def config_from_flags(values=None):
     theirs = run_dir.load_config(run_dir.run_and_checkpoint(
         values.init_from)[0]).flat()
     config = config_lib.TransformerConfig.from_flat({
-        **theirs, **config_lib.parse_overrides(values.hparams),
-        "xla_attention": values.xla_attention})
+        **theirs, **config_lib.parse_overrides(values.hparams)})
   else:
-    changes = {"xla_attention": values.xla_attention}
+    changes = {}
     if values.train_steps:
       changes["train_steps"] = values.train_steps
     if values.batch_tokens:

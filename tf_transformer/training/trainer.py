@@ -97,6 +97,7 @@ class TrainOptions:
   log_every_steps: int = 100
   seed: int = 0
   jit_compile_step: bool = False
+  xla_attention: bool = True  # the attention core under XLA (layers.attention)
   xla_loss: bool = True  # the loss and its gradient under XLA (training.loss)
   mixed_precision: Optional[str] = None
   log_gradient_norm: bool = True
@@ -125,7 +126,7 @@ class Trainer:
     keras.utils.set_random_seed(options.seed)
     self.accumulate = options.gradient_accumulation_steps > 1
     with strategy.scope():
-      self.model = build_model(config)
+      self.model = build_model(config, xla_attention=options.xla_attention)
       self.optimizer = optimizer_lib.create_optimizer(
           config, options.mixed_precision)
       self.optimizer.build(self.model.trainable_variables)
