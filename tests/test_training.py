@@ -37,7 +37,7 @@ def test_optimizer_is_the_papers_adam(tmp_path):
 
 
 def _step(trainer, strategy, batch):
-  return trainer._train_step(distribute(strategy, batch))
+  return trainer.compiled(trainer._train_step)(distribute(strategy, batch))
 
 
 def test_eight_devices_equal_one_device(tmp_path):
@@ -70,11 +70,12 @@ def test_accumulated_steps_equal_one_larger_step(tmp_path, devices):
   accumulated = make_trainer(tmp_path / "acc", strategy,
                              gradient_accumulation_steps=2)
   copy_weights(big, accumulated)
-  big._train_step(distribute(strategy, both))
-  accumulated._accumulate_step(distribute(strategy, first))
-  accumulated._accumulate_step(distribute(strategy, second))
+  big.compiled(big._train_step)(distribute(strategy, both))
+  accumulate = accumulated.compiled(accumulated._accumulate_step)
+  accumulate(distribute(strategy, first))
+  accumulate(distribute(strategy, second))
   assert int(accumulated.optimizer.iterations.numpy()) == 0
-  accumulated._apply_step()
+  accumulated.compiled(accumulated._apply_step)()
   assert int(accumulated.optimizer.iterations.numpy()) == 1
   for a, b in zip(big.model.get_weights(), accumulated.model.get_weights()):
     np.testing.assert_allclose(a, b, atol=1e-5)

@@ -69,7 +69,7 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
       tf.data.Dataset.from_tensors(batch))))
 
   def step():
-    loss = trainer._train_step(distributed)[0]  # pylint: disable=protected-access
+    loss = trainer.compiled(trainer._train_step)(distributed)[0]  # pylint: disable=protected-access
     if not np.isfinite(float(loss)):
       raise RuntimeError(f"{variant.name}: the loss is not finite")
 

@@ -21,6 +21,7 @@ next step boundary and returns.
 """
 
 import dataclasses
+import inspect
 import math
 import os
 import time
@@ -149,10 +150,11 @@ class Trainer:
         optional=dict(train_seconds=self.train_seconds))
     self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
     self.last_logged_loss = None  # the last progress line's
-    self._build_steps()
+    self._check_jit()
+    self._functions = {}
     self.evaluator = Evaluator(
         self.model, vocabulary, spec, strategy, self.summaries,
-        lambda batch: self._eval_step(batch),
+        lambda batch: self.compiled(self._eval_step)(batch),
         batching.distributed_dataset_fn(
             self._token_pairs("dev"), config.training.batch_tokens,
             options.max_length),
@@ -243,6 +245,8 @@ class Trainer:
     return norm
 
   def _train_replica_step(self, batch):
+    """One replica's share of an update: (loss, nll, target tokens, source
+    tokens) summed over its batch, and the gradient norm."""
     context = tf.distribute.get_replica_context()
     with tf.GradientTape() as tape:
       loss_sum, nll_sum, tokens, source_tokens = self._forward(batch, True)
@@ -253,6 +257,7 @@ class Trainer:
     return loss_sum, nll_sum, tokens, source_tokens, norm
 
   def _accumulate_replica_step(self, batch):
+    """One replica's gradients of a micro-batch, added to `accumulated`."""
     with tf.GradientTape() as tape:
       loss_sum, nll_sum, tokens, source_tokens = self._forward(batch, True)
       objective = self._scale(loss_sum)
@@ -277,69 +282,88 @@ class Trainer:
     loss_sum, nll_sum, tokens, _ = self._forward(batch, False)
     return loss_sum, nll_sum, tokens
 
-  def _build_steps(self):
-    strategy = self.strategy
-    jit = self.options.jit_compile_step
-    if jit and strategy.num_replicas_in_sync > 1 and not tf.config.list_logical_devices("GPU"):
+  def _check_jit(self):
+    if (self.options.jit_compile_step
+        and self.strategy.num_replicas_in_sync > 1
+        and not tf.config.list_logical_devices("GPU")):
       raise ValueError("--jit_compile_step does not run under MirroredStrategy "
                        "on logical CPU devices (XLA cannot reach other "
                        "devices' variables); use --distribution=one_device or "
                        "--xla_attention alone")
-    maybe_jit = (lambda f: tf.function(f, jit_compile=True)) if jit else (
-        lambda f: f)
 
-    def reduce(values):
-      return [strategy.reduce(SUM, v, axis=None) for v in values]
+  def _replica(self, replica_step):
+    """`replica_step` as each replica runs it: compiled by XLA with
+    --jit_compile_step."""
+    if not self.options.jit_compile_step:
+      return replica_step
+    name = replica_step.__name__
+    if name not in self._functions:
+      self._functions[name] = tf.function(replica_step, jit_compile=True)
+    return self._functions[name]
 
-    train_replica = maybe_jit(self._train_replica_step)
-    accumulate_replica = maybe_jit(self._accumulate_replica_step)
+  def _sum(self, values):
+    return [self.strategy.reduce(SUM, v, axis=None) for v in values]
 
-    def train_step(batch):
-      outputs = strategy.run(train_replica, args=(batch,))
-      return reduce(outputs[:4]) + [
-          strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs[4], axis=None)]
+  # The global steps: each runs its replica step on every replica and
+  # reduces the results. Called through `compiled`, which compiles each once.
 
-    def accumulate_step(batch):
-      return reduce(strategy.run(accumulate_replica, args=(batch,)))
+  def _train_step(self, batch):
+    """One update on a global batch: (loss, nll, target tokens, source
+    tokens) summed over the replicas, the gradient norm averaged."""
+    outputs = self.strategy.run(self._replica(self._train_replica_step),
+                                args=(batch,))
+    return self._sum(outputs[:4]) + [self.strategy.reduce(
+        tf.distribute.ReduceOp.MEAN, outputs[4], axis=None)]
 
-    def eval_step(batch):
-      return reduce(strategy.run(self._eval_replica_step, args=(batch,)))
+  def _accumulate_step(self, batch):
+    """A micro-batch's gradients added up (--gradient_accumulation_steps);
+    returns what `_train_step` does, without the norm."""
+    return self._sum(self.strategy.run(
+        self._replica(self._accumulate_replica_step), args=(batch,)))
 
-    @tf.function
-    def apply_step():
-      return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(
-          self._apply_accumulated_replica_step), axis=None)
+  def _apply_step(self):
+    """The accumulated gradients applied; returns the gradient norm."""
+    return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, self.strategy.run(
+        self._apply_accumulated_replica_step), axis=None)
 
-    self._step_fns = {"_train_step": train_step,
-                      "_accumulate_step": accumulate_step,
-                      "_eval_step": eval_step}
-    self._compile_steps()
-    self._apply_step = apply_step
+  def _eval_step(self, batch):
+    """(loss, nll, target tokens) of a dev batch, summed."""
+    return self._sum(self.strategy.run(self._eval_replica_step,
+                                       args=(batch,)))
 
-    @tf.function
-    def any_worker(flag):
-      return strategy.reduce(SUM, strategy.run(lambda: tf.identity(flag)),
-                             axis=None)
-    self._any_worker = any_worker
+  def _any_worker(self, flag):
+    """The sum over workers of `flag` (a float)."""
+    return self.strategy.reduce(
+        SUM, self.strategy.run(lambda: tf.identity(flag)), axis=None)
 
-  def _compile_steps(self, batch_spec=None):
-    """tf.functions of the steps. With the distributed dataset's element
-    spec (dimensions None), each traces once whatever the bucket shapes;
-    without it they retrace per shape (fine for a few fixed batches)."""
-    for name, fn in self._step_fns.items():
-      setattr(self, name, tf.function(
-          fn, input_signature=None if batch_spec is None else [batch_spec],
-          reduce_retracing=True))
+  def compiled(self, step):
+    """The tf.function of `step` (one of the step methods above), made at
+    its first call and kept. A step taking a batch gets the training
+    dataset's element spec (dimensions None) once `train` has opened it, so
+    it traces once whatever the bucket shapes; before that (a test's fixed
+    batches) it retraces per shape."""
+    function = self._functions.get(step.__name__)
+    if function is None:
+      takes_batch = "batch" in inspect.signature(step).parameters
+      iterator = getattr(self, "_iterator", None)
+      signature = ([iterator.element_spec[0]]
+                   if takes_batch and iterator is not None else None)
+      function = tf.function(step, input_signature=signature,
+                             reduce_retracing=True)
+      self._functions[step.__name__] = function
+    return function
 
   def train_one_step(self):
     """One optimizer update; returns (loss, nll, target tokens, source
     tokens, gradient norm) summed over the global batch."""
     if not self.accumulate:
-      return [float(v) for v in self._train_step(self._next_batch())]
+      return [float(v) for v in
+              self.compiled(self._train_step)(self._next_batch())]
     totals = np.zeros(4)
+    accumulate = self.compiled(self._accumulate_step)
     for _ in range(self.options.gradient_accumulation_steps):
-      totals += [float(v) for v in self._accumulate_step(self._next_batch())]
-    return list(totals) + [float(self._apply_step())]
+      totals += [float(v) for v in accumulate(self._next_batch())]
+    return list(totals) + [float(self.compiled(self._apply_step)())]
 
   # ---- evaluation ---------------------------------------------------------
 
@@ -369,7 +393,6 @@ class Trainer:
     self.summaries.hparams({**self.config.flat(),
                             **dataclasses.asdict(o)})
     self._iterator = self._train_iterator()
-    self._compile_steps(self._iterator.element_spec[0])
     self._seconds_before = float(self.train_seconds.numpy())
     window = np.zeros(5)
     window_start, window_steps = time.time(), 0
@@ -501,7 +524,8 @@ class Trainer:
     if not isinstance(self.strategy,
                       tf.distribute.MultiWorkerMirroredStrategy):
       return requested
-    return float(self._any_worker(tf.constant(float(requested)))) > 0
+    return float(self.compiled(self._any_worker)(
+        tf.constant(float(requested)))) > 0
 
   def _log(self, step, window, steps, seconds, seconds_per_step):
     loss_sum, nll_sum, tokens, source_tokens, norm = window
