@@ -37,19 +37,22 @@ def _stack_arguments(config, xla_attention):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class Transformer(keras.Model):
-  """Encoder-decoder with shared embeddings and pre-softmax weights (3.4).
+  """Encoder-decoder with shared embeddings and pre-softmax weights
+  (section 3, 3.4).
 
-  `call((source_ids, target_input_ids))` returns logits
-  [batch, target_length, vocab_size]. With `share_embeddings=False` the
-  source embedding, target embedding and output projection are three
-  matrices.
+  The logits are float32 whatever the dtype policy, for the loss's and the
+  search's log-softmax; with "mixed_bfloat16" the matmuls run in bfloat16
+  and the weights stay float32.
 
-  `dtype` (a Keras dtype policy, the global one by default) reaches every
-  layer: with "mixed_bfloat16" the matmuls run in bfloat16 and the weights
-  stay float32. The logits are float32 whatever the policy, for the loss's
-  and the search's log-softmax. `xla_attention` runs the attention core
-  under XLA (training's default; off for exports to TF Serving on CPU and
-  for decoding), the same function either way.
+  Args:
+    config: a `TransformerConfig` (or its dict, as a .keras file keeps it);
+      with `share_embeddings=False` the source embedding, target embedding
+      and output projection are three matrices.
+    xla_attention: whether the attention core runs compiled by XLA
+      (training's default; off for exports to TF Serving on CPU and for
+      decoding); the same function either way.
+    **kwargs: Keras' (`dtype`: a dtype policy, the global one by default,
+      reaching every layer).
   """
 
   def __init__(self, config, xla_attention=True, **kwargs):
@@ -96,8 +99,12 @@ class Transformer(keras.Model):
     self.built = True
 
   def set_xla_attention(self, enabled: bool):
-    """Switches the XLA-compiled attention core on or off in every layer
-    (the same function; `with_xla_attention` leaves this model as it is)."""
+    """Switches the XLA-compiled attention core on or off in every layer,
+    in place (the same function; `with_xla_attention` leaves a model as it is).
+
+    Args:
+      enabled: whether the core runs under XLA.
+    """
     self.xla_attention = bool(enabled)
     for layer in self._flatten_layers():
       if isinstance(layer, MultiHeadAttention):
@@ -110,8 +117,17 @@ class Transformer(keras.Model):
     return dropout(positions(embedding(ids)), training=training)
 
   def encode(self, source_ids, training=None, return_attention_scores=False):
-    """Returns (memory [batch, source_length, d_model], source padding mask);
-    with `return_attention_scores`, the per-layer weights too."""
+    """The encoder on source ids (section 3.1).
+
+    Args:
+      source_ids: [batch, source_length] int, PAD-padded.
+      training: whether dropout applies.
+      return_attention_scores: also return the encoder's attention weights.
+    Returns:
+      (memory [batch, source_length, d_model], source padding mask [batch,
+      source_length]); with `return_attention_scores`, the per-layer weights
+      third.
+    """
     source_mask = masks.padding_mask(source_ids)
     x = self._embed(self.source_embedding, self.source_positions,
                     self.source_dropout, source_ids, training=training)
@@ -123,9 +139,17 @@ class Transformer(keras.Model):
 
   def decode(self, target_input_ids, memory, source_mask, training=None,
              return_attention_scores=False):
-    """Logits [batch, target_length, vocab_size] (float32) for the decoder
-    input (teacher forcing); with `return_attention_scores`, (logits, the
-    per-layer weights)."""
+    """The decoder on a whole target input at once (teacher forcing).
+
+    Args:
+      target_input_ids: [batch, target_length] int, BOS first, PAD-padded.
+      memory, source_mask: what `encode` returns.
+      training: whether dropout applies.
+      return_attention_scores: also return the decoder's attention weights.
+    Returns:
+      float32 logits [batch, target_length, vocab_size]; with
+      `return_attention_scores`, (logits, the per-layer weight dicts).
+    """
     x = self._embed(self.target_embedding, self.target_positions,
                     self.target_dropout, target_input_ids, training=training)
     outputs = self.decoder(x, memory, masks.padding_mask(target_input_ids),
@@ -152,16 +176,31 @@ class Transformer(keras.Model):
         c.norm_position, c.layer_norm_epsilon)
 
   def call(self, inputs, training=None):
+    """Teacher forcing.
+
+    Args:
+      inputs: (source_ids [batch, source_length], target_input_ids [batch,
+        target_length]).
+      training: whether dropout applies.
+    Returns:
+      float32 logits [batch, target_length, vocab_size].
+    """
     source_ids, target_input_ids = inputs
     memory, source_mask = self.encode(source_ids, training=training)
     return self.decode(target_input_ids, memory, source_mask,
                        training=training)
 
   def attention_weights(self, source_ids, target_input_ids):
-    """Every attention distribution of a teacher-forced pass, for plots:
-    {"encoder_self": [per layer [batch, heads, S, S]],
-     "decoder_self": [... [batch, heads, T, T]],
-     "encoder_decoder": [... [batch, heads, T, S]]}."""
+    """Every attention distribution of a teacher-forced pass, for plots.
+
+    Args:
+      source_ids: [batch, S] int.
+      target_input_ids: [batch, T] int.
+    Returns:
+      {"encoder_self": per layer [batch, heads, S, S], "decoder_self": per
+      layer [batch, heads, T, T], "encoder_decoder": per layer [batch, heads,
+      T, S]}.
+    """
     memory, source_mask, encoder_weights = self.encode(
         source_ids, return_attention_scores=True)
     _, decoder_weights = self.decode(target_input_ids, memory, source_mask,
@@ -181,26 +220,46 @@ class Transformer(keras.Model):
 
 def build_model(config: TransformerConfig, dtype=None,
                 xla_attention=True) -> Transformer:
-  """A Transformer with all its weights created, under the dtype policy
-  `dtype` (None: the global one)."""
+  """A Transformer with all its weights created.
+
+  Args:
+    config: a `TransformerConfig`.
+    dtype: a Keras dtype policy; None: the global one.
+    xla_attention: as `Transformer`'s.
+  Returns:
+    The built `Transformer`.
+  """
   model = Transformer(config, xla_attention, dtype=dtype)
   model.build()
   return model
 
 
 def with_dtype_policy(model: Transformer, dtype) -> Transformer:
-  """A copy of `model` under the dtype policy `dtype`, its weights cast to
-  the policy's variable dtype: with "bfloat16", half the bytes that an export
+  """A copy of `model` under another dtype policy, its weights cast to the
+  policy's variable dtype: with "bfloat16", half the bytes that an export
   keeps and that every decoding step reads, its matmuls in bfloat16; layer
-  norms, softmaxes and the logits stay float32 (docs/model.md)."""
+  norms, softmaxes and the logits stay float32 (docs/model.md).
+
+  Args:
+    model: a `Transformer`.
+    dtype: the policy's name, e.g. "bfloat16".
+  Returns:
+    The copy.
+  """
   copy = build_model(model.config, dtype, model.xla_attention)
   copy.set_weights(model.get_weights())
   return copy
 
 
 def with_xla_attention(model: Transformer, enabled) -> Transformer:
-  """`model` itself if its attention core already runs under XLA as
-  `enabled` asks, else a copy with the same weights that does."""
+  """A model whose attention core runs under XLA as `enabled` asks.
+
+  Args:
+    model: a `Transformer`.
+    enabled: whether the core runs under XLA.
+  Returns:
+    `model` itself where it already does, else a copy with the same weights.
+  """
   if model.xla_attention == bool(enabled):
     return model
   copy = build_model(model.config, model.dtype_policy.name, enabled)

@@ -35,7 +35,15 @@ def scaled_dot_product_attention(query, key, value, mask=None):
 
 
 def attention_weights(query, key, mask=None):
-  """softmax(Q K^T / sqrt(d_k)) with `mask` applied (the weights of eq. 1)."""
+  """The weights of eq. 1: softmax(Q K^T / sqrt(d_k)), masked.
+
+  Args:
+    query: [batch, heads, query_length, d_k].
+    key: [batch, heads, key_length, d_k].
+    mask: as `scaled_dot_product_attention`'s.
+  Returns:
+    [batch, heads, query_length, key_length].
+  """
   scale = tf.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
   scores = tf.matmul(query * scale, key, transpose_b=True)
   return masks.masked_softmax(scores, mask)
@@ -52,9 +60,9 @@ _XLA = {
 class ScaledDotProductAttention(PolicyLayer):
   """Eq. 1 as a layer, with optional dropout on the attention weights.
 
-  Call with (query, key, value, attention_mask) shaped as in
-  `scaled_dot_product_attention`; returns (output, weights). The paper has no
-  dropout on the weights (`dropout_rate=0.0`, the default).
+  Args:
+    dropout_rate: dropout on the weights; the paper has none (0.0).
+    xla_attention: whether the core runs compiled by XLA (see the module).
   """
 
   def __init__(self, dropout_rate=0.0, xla_attention=True, **kwargs):
@@ -74,6 +82,13 @@ class ScaledDotProductAttention(PolicyLayer):
     return _XLA[fn] if self.xla_attention else fn
 
   def call(self, query, key, value, attention_mask=None, training=None):
+    """Args:
+      query, key, value, attention_mask: as `scaled_dot_product_attention`.
+      training: whether dropout applies.
+    Returns:
+      (output [batch, heads, query_length, d_v], weights [batch, heads,
+      query_length, key_length]).
+    """
     if training and self.dropout_rate > 0.0:
       weights = self._core(attention_weights)(query, key, attention_mask)
       weights = self.dropout(weights, training=training)
@@ -88,26 +103,22 @@ class ScaledDotProductAttention(PolicyLayer):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class MultiHeadAttention(PolicyLayer):
-  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
+  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2),
+  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), with d_k and d_v per head
-  (d_model / h in the paper; other sizes for Table 3 rows A and B). The output
-  has the query's last dimension, d_model.
-
-  `call(query, value=None, attention_mask=None, key_value=None)`: attends
-  from `query` [batch, q_len, d_model] to `value` [batch, k_len, d_model]
-  (self-attention when `value` is None). Masks are never named `mask`, so
-  Keras' implicit mask propagation stays out of the way. `attention_mask` is
-  bool, broadcastable to [batch, heads, q_len, k_len], True = may attend.
-  `key_value` replaces the projection of `value` with precomputed (key,
-  value) heads from `project_key_value` (the encoder output's, computed once
-  and attended to at every decoding step).
-
-  `return_attention_scores=True` returns (output, weights [batch, heads,
-  q_len, k_len]), as Keras' own `MultiHeadAttention` does.
-
-  A search's incremental step computes the same from `named_weights()`
+  The output has the query's last dimension, d_model. Masks are never named
+  `mask`, so Keras' implicit mask propagation stays out of the way. A
+  search's incremental step computes the same from `named_weights()`
   (`decoding/step.py`).
+
+  Args:
+    num_heads: h.
+    d_k: the query and key width of a head (d_model / h in the paper; other
+      sizes for Table 3 rows A and B).
+    d_v: the value width of a head; None: d_k.
+    attention_dropout_rate: dropout on the attention weights (0.0, the
+      paper's).
+    xla_attention: whether the attention core runs compiled by XLA.
   """
 
   def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
@@ -162,12 +173,34 @@ class MultiHeadAttention(PolicyLayer):
     return tf.reshape(x, [batch, length, self.num_heads * self.d_v])
 
   def project_key_value(self, value):
-    """(K W^K, V W^V) split into heads: [batch, heads, length, d_k or d_v]."""
+    """(K W^K, V W^V) split into heads.
+
+    Args:
+      value: [batch, length, d_model], e.g. the encoder output.
+    Returns:
+      ([batch, heads, length, d_k], [batch, heads, length, d_v]).
+    """
     return (self._split_heads(self.key_dense(value), self.d_k),
             self._split_heads(self.value_dense(value), self.d_v))
 
   def call(self, query, value=None, attention_mask=None, key_value=None,
            training=None, return_attention_scores=False):
+    """Attends from `query` to `value` (self-attention when None).
+
+    Args:
+      query: [batch, query_length, d_model].
+      value: [batch, key_length, d_model]; None: `query`.
+      attention_mask: bool, True = may attend, broadcastable to [batch, heads,
+        query_length, key_length].
+      key_value: (key, value) heads from `project_key_value`, used instead of
+        projecting `value`.
+      training: whether dropout applies.
+      return_attention_scores: also return the weights, as Keras'
+        `MultiHeadAttention` does.
+    Returns:
+      [batch, query_length, d_model]; with `return_attention_scores`, (that,
+      weights [batch, heads, query_length, key_length]).
+    """
     query_heads = self._split_heads(self.query_dense(query), self.d_k)
     if key_value is None:
       key_value = self.project_key_value(query if value is None else value)

@@ -23,14 +23,13 @@ from tf_transformer.layers.encoder import _TransformerStack
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class DecoderLayer(_TransformerBlock):
-  """Masked self-attention, encoder-decoder attention and feed-forward.
+  """Masked self-attention, encoder-decoder attention and feed-forward,
+  each in its residual block (section 3.1).
 
-  `call(x, memory, self_attention_mask, cross_attention_mask)`: x is
-  [batch, target_length, d_model], memory [batch, source_length, d_model];
-  masks are bool, True = may attend, broadcastable to [batch, heads,
-  query_length, key_length]. `return_attention_scores=True` returns (x, a
-  dict with the "self" and "cross" attention weights).
-
+  Args:
+    num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
+        norm_position, layer_norm_epsilon, xla_attention: each layer's, as
+        `EncoderLayer`.
   """
 
   def build(self, x_shape, memory_shape=None, self_attention_mask_shape=None,
@@ -54,14 +53,33 @@ class DecoderLayer(_TransformerBlock):
   def call(self, x, memory=None, self_attention_mask=None,
            cross_attention_mask=None, training=None,
            return_attention_scores=False):
-    x, weights = self._sublayers(
-        x, lambda h: self.self_attention(
-            h, attention_mask=self_attention_mask, training=training,
-            return_attention_scores=True),
-        lambda h: self.cross_attention(
-            h, memory, attention_mask=cross_attention_mask,
-            training=training, return_attention_scores=True),
-        training)
+    """The layer on a whole target at once.
+
+    Args:
+      x: [batch, target_length, d_model].
+      memory: the encoder output, [batch, source_length, d_model].
+      self_attention_mask, cross_attention_mask: bool, True = may attend,
+        broadcastable to [batch, heads, query_length, key_length].
+      training: whether dropout applies.
+      return_attention_scores: also return the attention weights.
+    Returns:
+      [batch, target_length, d_model]; with `return_attention_scores`,
+      (that, {"self": [batch, heads, target_length, target_length],
+      "cross": [batch, heads, target_length, source_length]}).
+    """
+    h = self.self_attention_residual.normalize_input(x)
+    y, self_weights = self.self_attention(
+        h, attention_mask=self_attention_mask, training=training,
+        return_attention_scores=True)
+    x = self.self_attention_residual(x, y, training=training)
+    h = self.cross_attention_residual.normalize_input(x)
+    y, cross_weights = self.cross_attention(
+        h, memory, attention_mask=cross_attention_mask, training=training,
+        return_attention_scores=True)
+    x = self.cross_attention_residual(x, y, training=training)
+    h = self.feed_forward_residual.normalize_input(x)
+    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
+    weights = {"self": self_weights, "cross": cross_weights}
     return (x, weights) if return_attention_scores else x
 
   def named_weights(self) -> named_weights.Layer:
@@ -73,28 +91,17 @@ class DecoderLayer(_TransformerBlock):
         self.cross_attention.named_weights(),
         self.cross_attention_residual.named_weights())
 
-  def _sublayers(self, x, self_attend, cross_attend, training=None):
-    """The three residual sub-layers around the two attentions (each h ->
-    (output, weights)): (x, {"self", "cross"} weights)."""
-    h = self.self_attention_residual.normalize_input(x)
-    y, self_weights = self_attend(h)
-    x = self.self_attention_residual(x, y, training=training)
-    h = self.cross_attention_residual.normalize_input(x)
-    y, cross_weights = cross_attend(h)
-    x = self.cross_attention_residual(x, y, training=training)
-    h = self.feed_forward_residual.normalize_input(x)
-    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
-    return x, {"self": self_weights, "cross": cross_weights}
-
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class Decoder(_TransformerStack):
-  """A stack of `num_layers` identical decoder layers (N = 6 in the paper).
+  """A stack of `num_layers` identical decoder layers (N = 6 in the paper,
+  section 3.1), closed by a LayerNorm when pre-norm.
 
-  `call(x, memory, target_padding_mask=None, memory_padding_mask=None)`:
-  x is the embedded target input [batch, target_length, d_model], memory the
-  encoder output; padding masks are [batch, length], True at real tokens.
-  `return_attention_scores=True` returns (x, the per-layer weight dicts).
+  Args:
+    num_layers: N.
+    num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
+        norm_position, layer_norm_epsilon, xla_attention: each layer's, as
+        `EncoderLayer`.
   """
 
   layer_class = DecoderLayer
@@ -110,6 +117,20 @@ class Decoder(_TransformerStack):
   def call(self, x, memory=None, target_padding_mask=None,
            memory_padding_mask=None, training=None,
            return_attention_scores=False):
+    """The stack on a whole target at once, each position attending to the
+    positions up to its own (section 3.2.3).
+
+    Args:
+      x: the embedded target input, [batch, target_length, d_model].
+      memory: the encoder output, [batch, source_length, d_model].
+      target_padding_mask, memory_padding_mask: [batch, length] bool, True at
+        real tokens; None: no padding.
+      training: whether dropout applies.
+      return_attention_scores: also return the attention weights.
+    Returns:
+      [batch, target_length, d_model]; with `return_attention_scores`, (that,
+      each layer's weights as `DecoderLayer.call` returns them).
+    """
     if target_padding_mask is not None:
       self_mask = masks.causal_padding_mask(target_padding_mask)
     else:

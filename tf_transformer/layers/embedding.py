@@ -17,10 +17,14 @@ from tf_transformer.layers.policy import PolicyLayer
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class SharedEmbedding(PolicyLayer):
-  """Token embedding whose transpose is also the output projection (3.4).
+  """Token embedding whose transpose is also the output projection
+  (section 3.4): one matrix for the source, the target and the pre-softmax
+  linear transformation.
 
-  `call(ids)` -> [..., d_model] embeddings times sqrt(d_model);
-  `logits(x)` -> x E^T, the pre-softmax logits over the vocabulary.
+  Args:
+    vocab_size: rows of the matrix, the shared vocabulary's size.
+    d_model: the model width.
+    scale: multiply looked-up embeddings by sqrt(d_model), as the paper does.
   """
 
   def __init__(self, vocab_size, d_model, scale=True, **kwargs):
@@ -37,15 +41,26 @@ class SharedEmbedding(PolicyLayer):
         initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5))
 
   def call(self, ids):
+    """Args:
+      ids: int token ids, any shape.
+    Returns:
+      [..., d_model] embeddings, times sqrt(d_model) with `scale`.
+    """
     x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
     return x * self.multiplier if self.scale else x
 
   def logits(self, x):
-    """The pre-softmax linear transformation: x times the embedding's
-    transpose, as one 2-D matmul over all positions. (A [batch, length, d]
-    times [d, vocab] tf.matmul broadcasts into a batch of small matmuls, and
-    its gradient materialises [batch, vocab, d] before summing: gigabytes at
-    the paper's vocabulary.)"""
+    """The pre-softmax linear transformation, x E^T (section 3.4).
+
+    One 2-D matmul over all positions: a [batch, length, d] times [d, vocab]
+    tf.matmul would broadcast into a batch of small matmuls whose gradient
+    materialises [batch, vocab, d] before summing.
+
+    Args:
+      x: [..., d_model] decoder outputs.
+    Returns:
+      [..., vocab_size] logits, in x's dtype.
+    """
     flat = tf.reshape(x, [-1, self.d_model])
     logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype),
                        transpose_b=True)
@@ -71,7 +86,16 @@ class SharedEmbedding(PolicyLayer):
 
 
 def sinusoid_table(positions, d_model, dtype=tf.float32):
-  """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...)."""
+  """The sinusoidal encodings of section 3.5, sin and cos interleaved:
+  PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...).
+
+  Args:
+    positions: [length] positions (any number type).
+    d_model: the model width.
+    dtype: the table's dtype.
+  Returns:
+    [length, d_model].
+  """
   positions = tf.cast(positions, tf.float32)[:, tf.newaxis]
   two_i = tf.range(0, d_model, 2, dtype=tf.float32)
   angles = positions / tf.pow(10000.0, two_i / d_model)
@@ -83,12 +107,17 @@ def sinusoid_table(positions, d_model, dtype=tf.float32):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class SinusoidalPositionalEncoding(PolicyLayer):
-  """Adds the fixed sinusoidal encoding of section 3.5 (no weights, any length).
-
-  `call(x, start=0)`: x is [batch, length, d_model]; returns x + PE[start:start+length].
+  """Adds the fixed sinusoidal encoding of section 3.5 (no weights, any
+  length).
   """
 
   def call(self, inputs, start=0):
+    """Args:
+      inputs: [batch, length, d_model] embeddings.
+      start: the first position (a decoding step's).
+    Returns:
+      inputs + PE[start:start + length].
+    """
     positions = start + tf.range(tf.shape(inputs)[1])
     return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype)
 
@@ -99,9 +128,10 @@ class SinusoidalPositionalEncoding(PolicyLayer):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class LearnedPositionalEmbedding(PolicyLayer):
-  """Adds a learned position embedding (Table 3 row E), up to `max_length`.
+  """Adds a learned position embedding (Table 3 row E).
 
-  `call(x, start=0)`: x is [batch, length, d_model]; returns x + P[start:start+length].
+  Args:
+    max_length: rows of the table; a longer input is an error.
   """
 
   def __init__(self, max_length, **kwargs):
@@ -115,6 +145,13 @@ class LearnedPositionalEmbedding(PolicyLayer):
         initializer=keras.initializers.RandomNormal(stddev=d_model**-0.5))
 
   def call(self, inputs, start=0):
+    """Args:
+      inputs: [batch, length, d_model] embeddings.
+      start: the first position (a decoding step's).
+    Returns:
+      inputs + P[start:start + length]; an InvalidArgumentError past
+      `max_length`.
+    """
     positions = start + tf.range(tf.shape(inputs)[1])
     check = tf.debugging.assert_less(
         positions[-1:], self.max_length,
@@ -137,7 +174,15 @@ class LearnedPositionalEmbedding(PolicyLayer):
 
 def positional_encoding(kind, max_length, name="positional_encoding",
                         dtype=None):
-  """The positional layer of a config: "sinusoidal" or "learned"."""
+  """The positional layer of a config (section 3.5, Table 3 row E).
+
+  Args:
+    kind: "sinusoidal" or "learned".
+    max_length: the learned table's rows.
+    name, dtype: the layer's.
+  Returns:
+    A `SinusoidalPositionalEncoding` or a `LearnedPositionalEmbedding`.
+  """
   if kind == "sinusoidal":
     return SinusoidalPositionalEncoding(name=name, dtype=dtype)
   if kind == "learned":

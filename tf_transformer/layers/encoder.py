@@ -60,11 +60,19 @@ class _TransformerBlock(PolicyLayer):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class EncoderLayer(_TransformerBlock):
-  """Self-attention and feed-forward sub-layers, each with its residual.
+  """Self-attention and feed-forward sub-layers, each in its residual
+  block (section 3.1).
 
-  `call(x, padding_mask=None)`: x is [batch, length, d_model]. With
-  `return_attention_scores=True` also returns the self-attention weights
-  [batch, heads, length, length].
+  Args:
+    num_heads: h, the attention heads (section 3.2.2).
+    d_ff: the feed-forward inner width (section 3.3).
+    d_k, d_v: per-head query/key and value widths; None: d_model / h.
+    dropout_rate: P_drop on each sub-layer's output (section 5.4).
+    attention_dropout_rate: dropout on the attention weights (0.0, the
+      paper's).
+    norm_position: "post" (the paper's LayerNorm(x + Sublayer(x))) or "pre".
+    layer_norm_epsilon: the LayerNorm's epsilon.
+    xla_attention: whether the attention core runs compiled by XLA.
   """
 
   def build(self, x_shape, padding_mask_shape=None):
@@ -78,6 +86,17 @@ class EncoderLayer(_TransformerBlock):
 
   def call(self, x, padding_mask=None, training=None,
            return_attention_scores=False):
+    """The layer on a whole source at once.
+
+    Args:
+      x: [batch, length, d_model].
+      padding_mask: [batch, length] bool, True at real tokens; None: none.
+      training: whether dropout applies.
+      return_attention_scores: also return the attention weights.
+    Returns:
+      [batch, length, d_model]; with `return_attention_scores`, (that, the
+      self-attention weights [batch, heads, length, length]).
+    """
     mask = None if padding_mask is None else masks.key_padding_mask(padding_mask)
     h = self.attention_residual.normalize_input(x)
     y, weights = self.self_attention(h, attention_mask=mask, training=training,
@@ -137,12 +156,14 @@ class _TransformerStack(PolicyLayer):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class Encoder(_TransformerStack):
-  """A stack of `num_layers` identical encoder layers (N = 6 in the paper).
+  """A stack of `num_layers` identical encoder layers (N = 6 in the paper,
+  section 3.1), closed by a LayerNorm when pre-norm.
 
-  Takes embedded inputs [batch, length, d_model] (token embedding plus
-  positions, see `layers.embedding`) and `padding_mask` [batch, length]. With
-  pre-norm, a final LayerNorm closes the stack. `return_attention_scores=True`
-  also returns the list of per-layer self-attention weights.
+  Args:
+    num_layers: N.
+    num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
+        norm_position, layer_norm_epsilon, xla_attention: each layer's, as
+        `EncoderLayer`.
   """
 
   layer_class = EncoderLayer
@@ -156,6 +177,18 @@ class Encoder(_TransformerStack):
 
   def call(self, x, padding_mask=None, training=None,
            return_attention_scores=False):
+    """The encoder on embedded inputs.
+
+    Args:
+      x: token embeddings plus positions (`layers.embedding`),
+        [batch, length, d_model].
+      padding_mask: [batch, length] bool, True at real tokens; None: none.
+      training: whether dropout applies.
+      return_attention_scores: also return the attention weights.
+    Returns:
+      [batch, length, d_model]; with `return_attention_scores`, (that, a list
+      of each layer's [batch, heads, length, length] weights).
+    """
     all_weights = []
     for layer in self.encoder_layers:
       x, weights = layer(x, padding_mask, training=training,

@@ -16,9 +16,16 @@ _CACHE_LINE_BYTES = 64
 
 def inner_padding(d_ff, dtype):
   """Zero units to add to the inner layer so that its rows are not a
-  multiple of 512 bytes apart: one cache line's worth (16 in float32), or 0
-  where d_ff's rows are not such a multiple. The padded units compute
-  max(0, x 0 + 0) = 0 and W_2's padded rows are 0, so FFN(x) is the same."""
+  multiple of 512 bytes apart. The padded units compute max(0, x 0 + 0) = 0
+  and W_2's padded rows are 0, so FFN(x) is the same.
+
+  Args:
+    d_ff: the inner width.
+    dtype: the compute dtype.
+  Returns:
+    One cache line's worth of units (16 in float32), or 0 where d_ff's rows
+    are not such a multiple.
+  """
   itemsize = tf.as_dtype(dtype).size
   if (d_ff * itemsize) % _ALIASING_STRIDE_BYTES:
     return 0
@@ -35,12 +42,15 @@ def padded_weights(w1, b1, w2, padding):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class PositionwiseFeedForward(PolicyLayer):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
+  """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2), applied to each
+  position alike.
 
-  The inner layer has `d_ff` units; the output has the input's d_model.
   The weights are two `Dense` layers, `inner` and `outer`; the product runs
   on W_1 and W_2 padded with `inner_padding` zero units (the same function,
   off the cache-aliasing widths above).
+
+  Args:
+    d_ff: the inner layer's width; the output has the input's d_model.
   """
 
   def __init__(self, d_ff, **kwargs):
@@ -57,6 +67,11 @@ class PositionwiseFeedForward(PolicyLayer):
     self.outer.build(tuple(x_shape[:-1]) + (self.d_ff,))
 
   def call(self, x):
+    """Args:
+      x: [..., d_model].
+    Returns:
+      FFN(x), [..., d_model].
+    """
     dtype = self.compute_dtype
     w1, b1, w2 = padded_weights(
         tf.cast(self.inner.kernel, dtype), tf.cast(self.inner.bias, dtype),

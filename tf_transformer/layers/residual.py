@@ -13,8 +13,15 @@ from tf_transformer.layers.policy import PolicyLayer
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class ResidualNorm(PolicyLayer):
-  """Wraps one sub-layer: `y = sublayer(block.normalize_input(x))`, then
-  `block(x, y)` adds the residual and normalizes per `norm_position`."""
+  """The residual block around one sub-layer (sections 3.1, 5.4):
+  `y = sublayer(block.normalize_input(x))`, then `block(x, y)`.
+
+  Args:
+    dropout_rate: P_drop on the sub-layer's output.
+    norm_position: "post", LayerNorm(x + Dropout(y)) (the paper's), or "pre",
+      x + Dropout(y) with y computed on LayerNorm(x).
+    layer_norm_epsilon: the LayerNorm's epsilon.
+  """
 
   def __init__(self, dropout_rate=0.1, norm_position="post",
                layer_norm_epsilon=1e-6, **kwargs):
@@ -39,6 +46,13 @@ class ResidualNorm(PolicyLayer):
     return self.layer_norm(x) if self.norm_position == "pre" else x
 
   def call(self, x, sublayer_output, training=None):
+    """Args:
+      x: the block's input, [..., d_model].
+      sublayer_output: the sub-layer's output on `normalize_input(x)`.
+      training: whether dropout applies.
+    Returns:
+      The block's output, [..., d_model].
+    """
     residual = x + self.dropout(sublayer_output, training=training)
     return residual if self.norm_position == "pre" else self.layer_norm(residual)
 
