@@ -81,15 +81,16 @@ def _exhaustive_best(model, source, limit, alpha, vocab):
 
 
 def test_wide_beam_finds_the_exhaustive_optimum():
-  # Six tokens, outputs of at most 3: 6^3 sequences to enumerate; with 64
-  # beams (more than the 36 live prefixes of length 2) the search is exact.
+  # Six tokens, outputs of at most 3 (a 2-token source + the smallest
+  # offset, 1): 6^3 sequences to enumerate; with 64 beams (more than the 36
+  # live prefixes of length 2) the search is exact.
   model = build_model(get_config("tiny", "vocab_size=6,dropout_rate=0.0"))
   for seed in range(3):
-    source = tf.constant([4 + seed % 2, 5, EOS_ID])
+    source = tf.constant([4 + seed % 2, EOS_ID])
     expected, expected_score = _exhaustive_best(model, source, 3, 0.6, 6)
     ids, scores = model_beam_search(model, source[tf.newaxis], beam_size=64,
-                                    alpha=0.6, max_length_offset=0)
-    # Source of 3 tokens + offset 0 -> at most 3 output tokens.
+                                    alpha=0.6, max_length_offset=1)
+    # Source of 2 tokens + offset 1 -> at most 3 output tokens.
     assert ids.shape[-1] == 3
     assert list(ids[0, 0].numpy()) == expected + [PAD_ID] * (3 - len(expected))
     np.testing.assert_allclose(scores[0, 0], expected_score, rtol=1e-4)
@@ -160,15 +161,15 @@ def test_batch_decodes_like_single_sentences(model):
 
 
 def test_fixed_length_search_compiles_once_with_xla(model):
-  search = tf.function(
-      lambda source: model_beam_search(model, source, beam_size=4,
-                                       max_length_offset=4, max_length=12),
+  options = DecodingOptions(beam_size=4, max_decode_length_offset=4)
+  search_fn = tf.function(
+      lambda source: search._search(model, source, options, max_length=12),  # pylint: disable=protected-access
       jit_compile=True)
   eager_ids, eager_scores = model_beam_search(model, SOURCES, beam_size=4,
                                               max_length_offset=4)
-  ids, scores = search(SOURCES)
-  search(SOURCES + 1)
-  assert search.experimental_get_tracing_count() == 1
+  ids, scores = search_fn(SOURCES)
+  search_fn(SOURCES + 1)
+  assert search_fn.experimental_get_tracing_count() == 1
   for row in range(3):
     assert _strip(ids[row, 0].numpy()) == _strip(eager_ids[row, 0].numpy())
   np.testing.assert_allclose(scores[:, 0], eager_scores[:, 0], rtol=1e-4)
