@@ -245,23 +245,34 @@ def _retire(state, output, done, k, select_cache):
 def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
                 max_length, beam_size=4, alpha=0.6, *, reorder_cache,
                 select_cache=None, cache_batch_axes=None):
-  """Returns (ids [batch, beam, max_length], scores [batch, beam]), best
-  first. `limits` [batch]: the most tokens each output may have (EOS
-  included), at most `max_length`.
+  """Beam search with GNMT's length penalty (section 6.1).
 
-  After each step the cache follows its hypotheses:
-  `reorder_cache(cache, parents)`, parents [batch, beam] the slot each new
-  hypothesis comes from (the decoder's own, `decoding/cache.reorder`, moves
-  no key or value).
+  After each step the cache follows its hypotheses through `reorder_cache`
+  (the decoder's own, `decoding/cache.reorder`, moves no key or value). With
+  `select_cache` and `cache_batch_axes`, done sentences leave the batch
+  (once they are 1 / RETIRE_FRACTION of it), so later steps compute only the
+  sentences still searching, as CTranslate2's do; without them every
+  sentence is computed until the last one is done: static shapes, which XLA
+  needs. Either way, each sentence gets the same hypotheses and scores.
 
-  With `select_cache(cache, sentences)` (the cache of the sentences at
-  positions `sentences` [n] only) and `cache_batch_axes` (the cache's
-  structure, with each entry's sentence axis), done sentences leave the
-  batch (once they are 1 / RETIRE_FRACTION of it), so later steps compute
-  only the sentences still searching, as CTranslate2's do. Without them
-  every sentence is computed until the last one is done: static shapes,
-  which XLA needs. Either way, each sentence gets the same hypotheses and
-  scores."""
+  Args:
+    symbols_to_logits: (ids [rows, 1], step, cache) -> (logits [rows,
+      vocab] float32, cache), rows = sentences x beam.
+    initial_cache: the decoder's cache before the first step.
+    batch_size: the sentences.
+    limits: [batch], the most tokens each output may have (EOS included),
+      at most `max_length`.
+    max_length: the buffers' length.
+    beam_size: k (4 in the paper).
+    alpha: the length penalty's alpha (0.6 in the paper).
+    reorder_cache: (cache, parents [batch, beam]) -> cache, parents the slot
+      each new hypothesis comes from.
+    select_cache: (cache, sentences [n]) -> the cache of those sentences.
+    cache_batch_axes: the cache's structure with each entry's sentence axis.
+  Returns:
+    (ids [batch, beam, max_length], scores [batch, beam]), best first,
+    scores log P(Y|X) / lp(Y).
+  """
   k = beam_size
   positions = tf.range(max_length)[tf.newaxis, tf.newaxis, :]
   limits = tf.minimum(tf.cast(limits, tf.int32), max_length)

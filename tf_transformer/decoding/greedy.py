@@ -18,11 +18,21 @@ from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
                   step_weights=None, prefix=None):
-  """Returns (ids [batch, length] ending with EOS or cut at the limit, then
-  PAD; scores [batch], the log-probability of each output). `max_length`
-  (at least every limit) fixes the buffers' length, a static shape for
-  XLA; the ids then have `max_length` columns. `step_weights`: see
-  `search.decode`."""
+  """The most likely token at each step.
+
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+    source_ids: [batch, source_length] int32, EOS-terminated, PAD-padded.
+    max_length_offset: outputs have at most source length + this tokens.
+    max_length: at least every limit; fixes the buffers' length, a static
+      shape for XLA.
+    step_weights: see `search.decode`.
+    prefix: a `prefix.Prefix` each output starts with.
+  Returns:
+    (ids [batch, length] ending with EOS or cut at the limit, then PAD, with
+    `max_length` columns where given; scores [batch], each output's
+    log-probability).
+  """
   def most_likely(log_probs, step):
     del step
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
@@ -33,9 +43,18 @@ def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
                   max_length_offset=50, seed=None, max_length=None,
                   step_weights=None, prefix=None):
-  """Like `greedy_search`, drawing each token at random. `seed` (an int)
-  makes the draws reproducible (stateless random ops); without it each call
-  draws anew."""
+  """Like `greedy_search`, drawing each token at random.
+
+  Args:
+    model, source_ids, max_length_offset, max_length, step_weights, prefix:
+      as `greedy_search`'s.
+    temperature: the logits are divided by it before the draw.
+    top_k: draw among the k most likely tokens only; 0: all.
+    seed: an int makes the draws reproducible (stateless random ops);
+      None: each call draws anew.
+  Returns:
+    What `greedy_search` returns.
+  """
   limits_lib.check_sampling(temperature, top_k)
 
   def draw(log_probs, step):

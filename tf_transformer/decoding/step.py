@@ -177,10 +177,20 @@ def initial_cache(weights, shape, memory, max_length, group_size=1):
 
 
 def decoder_step(weights, shape, ids, step, cache, source_mask):
-  """Logits [batch * group, vocab] (float32) of position `step` for the
-  tokens `ids` [batch * group, 1] there, and the updated cache (from
-  `initial_cache`, whose buffers this step writes in place: use the
-  returned one). `source_mask` [batch, source_length]."""
+  """One position of the decoder stack for every hypothesis (section
+  3.2.3: each position attends to the cached ones before it).
+
+  Args:
+    weights: `StepWeights` (`step_weights.prepare`).
+    shape: the model's `Shape`.
+    ids: [batch * group, 1] int32, the tokens at position `step`.
+    step: the position, a scalar int32.
+    cache: from `initial_cache` or the previous step; its buffers are
+      written in place: use the returned one.
+    source_mask: [batch, source_length] bool, True at real tokens.
+  Returns:
+    (logits [batch * group, vocab] float32, the updated cache).
+  """
   with tf.name_scope("decoder_step"):
     group = cache_lib.group_size(cache["layer_0"])
     # (Reshapes and broadcasting, not slices: no kernel of their own.)
@@ -214,7 +224,11 @@ def read(decoder, stored, max_positions):
 class Step:
   """What a search asks of one `Transformer`: its encoder, and the step
   above with its weights and cache (the module docstring's use).
-  `static=True` keeps every shape static, for XLA."""
+
+  Args:
+    model: a `Transformer`.
+    static: keep every shape static, for XLA.
+  """
 
   reorder = staticmethod(cache_lib.reorder)
   select = staticmethod(cache_lib.select)

@@ -158,9 +158,16 @@ def _layer(layer, beta_in, post_norm, last, dtype):
 
 
 def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
-  """The `StepWeights` of a model's named weights (`Transformer.named_weights`)
-  in the compute `dtype`, for outputs of up to `max_positions` positions (a
-  learned table keeps its own length)."""
+  """The weights a decoding step multiplies by, from the layers' own.
+
+  Args:
+    model: a `named_weights.Model` (`Transformer.named_weights()`).
+    dtype: the compute dtype.
+    max_positions: outputs of up to this many positions (a learned table
+      keeps its own length).
+  Returns:
+    `StepWeights`.
+  """
   table = tf.cast(model.target_embedding, dtype)
   if model.embedding_scale != 1.0:
     table = table * model.embedding_scale
