@@ -2,8 +2,9 @@
 r"""Times SavedModels against each other on the same text, taking turns:
 every pass of every export runs in a fresh process as a server runs it
 (tf_transformer/benchmark/serving_worker.py: only tensorflow and
-tensorflow_text imported), the exports alternating for --rounds rounds so
-that a host's drift reaches all of them alike. Made for one model exported
+tensorflow_text imported), the exports taking turns for --rounds rounds,
+in the given order and then reversed, so that a host's drift reaches all
+of them alike. Made for one model exported
 by two versions of the code (old and new), or with two sets of options.
 
   bin/compare_exports.py --exports=old=/tmp/old/1,new=/tmp/new/1 \
@@ -75,7 +76,10 @@ def main(argv):
   sentences = read_lines(FLAGS.source)[:FLAGS.sentences]
   passes = {name: [] for name in exports}
   for round_index in range(FLAGS.rounds):
-    for name, path in exports.items():
+    # In turns both ways (ABBA...), so that drift within a round does not
+    # always favour the export that runs first.
+    order = list(exports.items())
+    for name, path in order if round_index % 2 == 0 else order[::-1]:
       request = dict(
           kind="saved_model", model=path, sentences=sentences,
           threads=FLAGS.threads, intra_threads=FLAGS.threads, runs=1,
