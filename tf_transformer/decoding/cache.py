@@ -59,9 +59,20 @@ def _num_blocks(max_length):
 
 
 def buffer(batch, heads, max_length, group_size, depth, dtype, static):
-  """Zero keys or values for `max_length` positions (rounded up to whole
-  blocks) of `group_size` slots per sentence, never folded into a constant
-  shared between calls."""
+  """Zero keys or values of one attention, never folded into a constant
+  shared between calls.
+
+  Args:
+    batch, heads: the sentences and attention heads.
+    max_length: the positions to hold (rounded up to whole blocks).
+    group_size: slots (hypotheses) per sentence.
+    depth: d_k or d_v.
+    dtype: the compute dtype.
+    static: a static shape, for XLA; else a dynamic one (`Empty` with
+      init=True: zeros, never a constant).
+  Returns:
+    [blocks, batch, heads, BLOCK_LENGTH * group_size, depth].
+  """
   shape = [_num_blocks(max_length), batch, heads, BLOCK_LENGTH * group_size,
            depth]
   if static:
@@ -70,7 +81,14 @@ def buffer(batch, heads, max_length, group_size, depth, dtype, static):
 
 
 def initial_ancestors(batch, group_size, max_length):
-  """No slot (-1) at every position; never written in place."""
+  """The ancestor table before any step: no slot (-1) at every position.
+
+  Args:
+    batch, group_size, max_length: as `buffer`'s.
+  Returns:
+    int32 [batch, group_size, blocks * BLOCK_LENGTH]; never written in
+    place.
+  """
   return tf.fill([batch, group_size, _num_blocks(max_length) * BLOCK_LENGTH],
                  -1)
 
@@ -81,15 +99,29 @@ def group_size(layer_cache):
 
 
 def reorder(cache, parents):
-  """For beam search: hypothesis (b, j) continues the one that was in slot
-  `parents[b, j]` ([batch, group] int). Moves no key or value."""
+  """Beam search's reordering: moves no key or value, only the ancestors.
+
+  Args:
+    cache: a decoder cache (`step.initial_cache`).
+    parents: [batch, group] int, the slot each new hypothesis (b, j)
+      continues.
+  Returns:
+    The cache with its ancestor table gathered by `parents`.
+  """
   return dict(cache, ancestors=tf.gather(cache["ancestors"], parents,
                                          batch_dims=1))
 
 
 def select(cache, sentences):
-  """The cache of the sentences at positions `sentences` [n] only (a search
-  drops the sentences it is done with). Copies their keys and values."""
+  """The cache of some sentences only (a search drops the ones it is done
+  with); copies their keys and values.
+
+  Args:
+    cache: a decoder cache.
+    sentences: [n] int, positions in the batch.
+  Returns:
+    The cache of those sentences, in that order.
+  """
   return {name: tf.gather(value, sentences) if name == "ancestors" else
           {key: tf.gather(part, sentences, axis=SENTENCE_AXES[key])
            for key, part in value.items()}
@@ -119,8 +151,19 @@ class StepPlan(typing.NamedTuple):
 
 
 def plan_step(ancestors, step, group, heads, static):
-  """(`ancestors` with each hypothesis computing position `step` in its own
-  slot, the `StepPlan` of position `step` for buffers of `heads` heads)."""
+  """What every layer's reads and writes share at position `step`,
+  computed once a step.
+
+  Args:
+    ancestors: the ancestor table [batch, group, length].
+    step: the position, a scalar int32.
+    group: slots per sentence.
+    heads: the attention heads of the buffers.
+    static: XLA-safe ops over every block.
+  Returns:
+    (`ancestors` with each hypothesis computing `step` in its own slot, the
+    `StepPlan`).
+  """
   batch, _, length = dims(ancestors)
   here = tf.one_hot(step, length, True, False)
   # (expand_dims, not [tf.newaxis] slices: no kernel of its own)
@@ -159,9 +202,15 @@ def plan_step(ancestors, step, group, heads, static):
 
 
 def write(cache_buffer, new, plan):
-  """Writes `new`, the keys or values [batch, heads, group, depth] of
-  position `plan.step`, into `cache_buffer` (from `buffer`); returns the
-  buffer (in place unless static)."""
+  """Writes the keys or values of position `plan.step`.
+
+  Args:
+    cache_buffer: from `buffer`.
+    new: [batch, heads, group, depth].
+    plan: this step's `plan_step`.
+  Returns:
+    The buffer, written in place unless `plan.static`.
+  """
   if plan.static:
     num_blocks, batch, heads, rows, depth = dims(cache_buffer)
     group = rows // BLOCK_LENGTH
