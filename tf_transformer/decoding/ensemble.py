@@ -33,7 +33,14 @@ AVERAGES = ("log_probs", "probs")
 
 
 class Ensemble(tf.Module):
-  """Members of one vocabulary, combined at each step (`average`)."""
+  """Members of one vocabulary, combined at each step.
+
+  Args:
+    members: `Transformer`s sharing one vocabulary; they may differ in
+      depth, width or heads.
+    average: "log_probs" (the mean of the log-probabilities) or "probs"
+      (the log of the mean probability).
+  """
 
   def __init__(self, members, average="log_probs"):
     super().__init__()
@@ -62,8 +69,13 @@ class Ensemble(tf.Module):
     return self.lead.config
 
   def combine(self, logits):
-    """[..., vocab] log-probabilities of the ensemble from each member's
-    logits (a list, one entry a member)."""
+    """The ensemble's log-probabilities.
+
+    Args:
+      logits: a list, one entry a member, of [..., vocab].
+    Returns:
+      [..., vocab] float32 log-probabilities.
+    """
     log_probs = [tf.nn.log_softmax(tf.cast(x, tf.float32)) for x in logits]
     if len(log_probs) == 1:
       return log_probs[0]
@@ -134,9 +146,15 @@ class EnsembleStep:
 
 
 def without_xla_attention(model):
-  """A `Transformer` or an `Ensemble` whose attention runs without XLA:
-  `model` itself where it does, else copies (`with_xla_attention` of
-  tf_transformer/model.py)."""
+  """A model whose attention runs without XLA, as exports and searches
+  run it.
+
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+  Returns:
+    `model` itself where it already does, else a copy (members copied as
+    `with_xla_attention` of tf_transformer/model.py copies).
+  """
   if isinstance(model, Ensemble):
     members = [without_xla_attention(m) for m in model.members]
     if all(a is b for a, b in zip(members, model.members)):
@@ -146,7 +164,14 @@ def without_xla_attention(model):
 
 
 def step_of(model, static=False):
-  """The decoding step of a `Transformer` or an `Ensemble`."""
+  """The decoding step a search runs.
+
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+    static: keep every shape static, for XLA.
+  Returns:
+    A `step.Step` or an `EnsembleStep`.
+  """
   if isinstance(model, Ensemble):
     return EnsembleStep(model, static)
   return Step(model, static)

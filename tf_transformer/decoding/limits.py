@@ -15,9 +15,17 @@ NEG_INF = -1e9
 
 
 def output_limits(source_mask, max_length_offset, max_length=None):
-  """(limits [batch] int32, max_length) for the source padding mask
-  [batch, source_length]. `max_length` given (a shape for XLA) is kept;
-  else it is the longest limit, at least 1 (an empty batch too)."""
+  """The most tokens each output may have (EOS included).
+
+  Args:
+    source_mask: [batch, source_length] bool, True at real tokens.
+    max_length_offset: the limit is the source length (EOS included) + this
+      (+50 in section 6.1).
+    max_length: a fixed buffer length (a shape for XLA), kept as given.
+  Returns:
+    (limits [batch] int32, max_length: as given, else the longest limit, at
+    least 1, an empty batch too).
+  """
   limits = tf.reduce_sum(tf.cast(source_mask, tf.int32), 1) + max_length_offset
   if max_length is None:
     max_length = tf.maximum(tf.reduce_max(limits), 1)
@@ -25,9 +33,14 @@ def output_limits(source_mask, max_length_offset, max_length=None):
 
 
 def never_output(vocab_size):
-  """bool [vocab_size], True at special_ids.NEVER_OUTPUT: a constant when
-  `vocab_size` is a Python int (a search's step then looks its ids up with
-  one gather, no kernel to build the table)."""
+  """The tokens a search never outputs (special_ids.NEVER_OUTPUT).
+
+  Args:
+    vocab_size: a Python int (the table is then a constant: a step looks its
+      ids up with one gather, no kernel to build it) or a tensor.
+  Returns:
+    bool [vocab_size], True at those tokens.
+  """
   if isinstance(vocab_size, int):
     return tf.constant(np.isin(np.arange(vocab_size), NEVER_OUTPUT))
   return tf.reduce_any(tf.one_hot(NEVER_OUTPUT, vocab_size, on_value=True,

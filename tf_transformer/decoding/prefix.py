@@ -28,20 +28,45 @@ class Prefix(typing.NamedTuple):
 
 
 def from_ragged(ids: tf.RaggedTensor) -> Prefix:
+  """A `Prefix` of ragged target ids.
+
+  Args:
+    ids: [batch, (P)] ints, each sentence's forced first tokens.
+  Returns:
+    The `Prefix`, PAD-padded.
+  """
   return Prefix(tf.cast(ids.to_tensor(), tf.int32),
                 tf.cast(ids.row_lengths(), tf.int32))
 
 
 def select(prefix: Prefix, sentences) -> Prefix:
-  """The prefixes of the sentences at positions `sentences`."""
+  """The prefixes of some sentences.
+
+  Args:
+    prefix: a `Prefix`.
+    sentences: [n] int, positions in the batch.
+  Returns:
+    Their `Prefix`, in that order.
+  """
   return Prefix(tf.gather(prefix.ids, sentences),
                 tf.gather(prefix.lengths, sentences))
 
 
 def force(logits, step, prefix: Prefix, group_size=1):
-  """`logits` [rows, vocab] (float32) of decoding step `step`, rows being
-  the sentences' hypotheses (`group_size` consecutive rows a sentence),
-  with each row's next prefix token forced while it has one."""
+  """Each row's next prefix token forced while it has one.
+
+  The forced token keeps its own log-probability; the rest of the mass goes
+  to PAD, which no search outputs, so that scores stay log P(Y|X).
+
+  Args:
+    logits: [rows, vocab] float32 of decoding step `step`, rows being the
+      sentences' hypotheses, `group_size` consecutive rows a sentence.
+    step: the position, a scalar int32.
+    prefix: the sentences' `Prefix`.
+    group_size: hypotheses a sentence.
+  Returns:
+    [rows, vocab] float32.
+  """
   ids = tf.repeat(prefix.ids, group_size, axis=0)
   forcing = tf.repeat(prefix.lengths, group_size, axis=0) > step
   column = tf.minimum(step, tf.maximum(tf.shape(ids)[1] - 1, 0))

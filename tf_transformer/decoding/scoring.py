@@ -20,9 +20,13 @@ from tf_transformer.decoding import ct2_runtime
 def token_log_probs(model, source_ids, labels):
   """log P(y_t | y_<t, X) of each label, teacher forced.
 
-  `source_ids`: [batch, S] (EOS-terminated, PAD-padded); `labels`: ragged
-  [batch, (T)] ids ending in EOS. Returns [batch, T] float32, 0 past each
-  row's length."""
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+    source_ids: [batch, S], EOS-terminated, PAD-padded.
+    labels: ragged [batch, (T)] ids ending in EOS.
+  Returns:
+    [batch, T] float32, 0 past each row's length.
+  """
   target_in = sequences.decoder_input(labels).to_tensor()
   padded = labels.to_tensor()
   logits = model((source_ids, target_in), training=False)
@@ -35,11 +39,21 @@ def token_log_probs(model, source_ids, labels):
 
 def score_texts(model, tokenizer, source, target, max_input_tokens,
                 max_target_tokens):
-  """{"log_prob" [batch], "token_log_probs" [batch, T], "lengths" [batch]
-  int32} of `target` strings given `source` strings (same count). Sources
-  are cut to `max_input_tokens` subwords as the translation signatures cut
-  them, targets to `max_target_tokens` (the longest output the search
-  gives); `lengths` counts the scored tokens, EOS included."""
+  """The log-probability of each target string given its source.
+
+  Sources are cut to `max_input_tokens` subwords as the translation
+  signatures cut them, targets to `max_target_tokens` (the longest output the
+  search gives).
+
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+    tokenizer: the in-graph SentencePiece tokenizer.
+    source, target: [batch] strings, the same count.
+    max_input_tokens, max_target_tokens: the cuts.
+  Returns:
+    {"log_prob" [batch], "token_log_probs" [batch, T], "lengths" [batch]
+    int32, the scored tokens, EOS included}.
+  """
   source_ids = sequences.source_ids(tokenizer, source,
                                     max_input_tokens).to_tensor()
   labels = sequences.labels(
