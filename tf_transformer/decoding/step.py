@@ -47,7 +47,14 @@ class Shape(typing.NamedTuple):
 
 
 def shape_of(named, static=False) -> Shape:
-  """The `Shape` of a model's named weights (`named_weights.Model`)."""
+  """The sizes the step needs that its weights do not carry.
+
+  Args:
+    named: a model's `named_weights.Model`.
+    static: keep every shape static, for XLA.
+  Returns:
+    Its `Shape`.
+  """
   attention = named.decoder.layers[0].self_attention
   heads = attention.num_heads
   return Shape(heads, attention.query.kernel.shape[-1] // heads,
@@ -57,9 +64,19 @@ def shape_of(named, static=False) -> Shape:
 
 
 def dense(x, kernel, bias, residual=None, relu=False):
-  """x kernel + bias [+ residual], ReLU'd if asked: one `_FusedMatMul` for
-  x [rows, d_in] (the bias as `BiasAdd`, whose only consumer may be the
-  ReLU or the residual add, so that Grappler fuses them)."""
+  """x kernel + bias [+ residual], ReLU'd if asked.
+
+  One `_FusedMatMul`: the bias as `BiasAdd`, whose only consumer may be the
+  ReLU or the residual add, so that Grappler fuses them.
+
+  Args:
+    x: [rows, d_in].
+    kernel, bias: [d_in, d_out] and [d_out].
+    residual: [rows, d_out] added after, or None.
+    relu: apply max(0, .) (eq. 2's inner layer).
+  Returns:
+    [rows, d_out].
+  """
   y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
   if relu:
     y = tf.nn.relu(y)
@@ -67,10 +84,17 @@ def dense(x, kernel, bias, residual=None, relu=False):
 
 
 def layer_norm(x, gamma, epsilon):
-  """LayerNorm over the last axis, in at least float32, without its beta
-  (which the affine maps after it add, `step_weights.py`): gamma * (x -
-  mean) / sqrt(variance + epsilon), eight kernels, or seven without gamma
-  (None: the matmuls after it have it); returns x's dtype."""
+  """LayerNorm over the last axis in at least float32, without its beta
+  (the affine maps after it add beta, `step_weights.py`):
+  gamma * (x - mean) / sqrt(variance + epsilon).
+
+  Args:
+    x: [..., d_model].
+    gamma: [d_model], or None where the matmuls after it carry it.
+    epsilon: the layer's epsilon.
+  Returns:
+    x's shape and dtype.
+  """
   dtype = x.dtype
   x = tf.cast(x, tf.float32) if dtype != tf.float32 else x
   centered = x - tf.reduce_mean(x, -1, keepdims=True)
@@ -115,9 +139,21 @@ def _self_attention_heads(y, weights, shape, group):
 
 
 def layer_step(x, weights, cache, shape, plan, memory_mask, group):
-  """One decoder layer at position `plan.step`: x [batch * group, d_model],
-  `cache` this layer's, `plan` the step's `cache.plan_step`; returns (x,
-  cache)."""
+  """One decoder layer at position `plan.step` (section 3.1: masked
+  self-attention over the cache, attention over the memory, feed-forward,
+  each in its residual block).
+
+  Args:
+    x: [batch * group, d_model], the layer's input at this position.
+    weights: this layer's `StepLayer`.
+    cache: this layer's cache.
+    shape: the model's `Shape`.
+    plan: the step's `cache.plan_step`.
+    memory_mask: [batch, 1, 1, source_length] bool.
+    group: hypotheses a sentence.
+  Returns:
+    (x [batch * group, d_model], the layer's updated cache).
+  """
   cache = dict(cache)
 
   def self_attention(y, residual):
@@ -148,10 +184,19 @@ def layer_step(x, weights, cache, shape, plan, memory_mask, group):
 
 
 def initial_cache(weights, shape, memory, max_length, group_size=1):
-  """The cache (`decoding/cache.py`) for up to `max_length` target positions
-  of `group_size` hypotheses per sentence of `memory` [batch,
-  source_length, d_model] (rows sentence-major), whose keys and values are
-  projected here, once."""
+  """The cache (`decoding/cache.py`) before the first step; the memory's
+  keys and values of every layer are projected here, once.
+
+  Args:
+    weights: `StepWeights`.
+    shape: the model's `Shape`.
+    memory: the encoder output [batch, source_length, d_model].
+    max_length: target positions to hold.
+    group_size: hypotheses per sentence (rows sentence-major).
+  Returns:
+    {"ancestors", "layer_0", ...}: the ancestor table and each layer's
+    buffers.
+  """
   batch, length, _ = shapes.dims(memory)
 
   def project(kernel, bias, depth):  # as `Dense` computes it
@@ -212,9 +257,16 @@ def decoder_step(weights, shape, ids, step, cache, source_mask):
 
 
 def read(decoder, stored, max_positions):
-  """The step weights a search uses, as tensors read once before its loop
-  so that no step reads a variable: `stored` (an export keeps them as
-  variables), or when None, `decoder.prepare(max_positions)`."""
+  """The step weights a search uses, as tensors read once before its
+  loop, so that no step reads a variable.
+
+  Args:
+    decoder: a `Step` or an `EnsembleStep`.
+    stored: the weights an export keeps as variables, or None.
+    max_positions: outputs of up to this many positions (when None).
+  Returns:
+    `stored` as tensors, else `decoder.prepare(max_positions)`.
+  """
   if stored is None:
     return decoder.prepare(max_positions)
   return tf.nest.map_structure(
