@@ -69,13 +69,23 @@ ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 
 class TranslationModule(tf.Module):
   """The exported object: the model, its tokenizer and the search. It also
-  serves in-process (bin/translate.py --model_dir uses it unsaved)."""
+  serves in-process (bin/translate.py --model_dir uses it unsaved).
+
+  Args:
+    model: a `Transformer` or an `Ensemble`, left as it is: one whose
+      attention core runs under XLA is decoded from a copy without (stock TF
+      Serving on CPU runs no XLA).
+    vocabulary: the run's SentencePiece `Vocabulary`, put in the graph.
+    options: `DecodingOptions`; its `xla` and `parts` are replaced by the
+      two arguments below.
+    max_input_tokens: source subwords kept (the rest cut, EOS after).
+    xla: the search compiled by XLA on padded buckets (export --xla).
+    decode_parts: independent searches a request is dealt into
+      (export --decode_parts).
+  """
 
   def __init__(self, model, vocabulary, options=DecodingOptions(),
                max_input_tokens=256, xla=False, decode_parts=1):
-    """`model`: a `Transformer` or an `Ensemble`, left as it is: one whose
-    attention core runs under XLA is decoded from a copy without (stock TF
-    Serving on CPU runs no XLA)."""
     super().__init__()
     model = without_xla_attention(model)
     self.model = model
@@ -160,25 +170,61 @@ class TranslationModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def serve(self, text):
+    """The default signature.
+
+    Args:
+      text: [batch] strings.
+    Returns:
+      {"translation": [batch] strings, "score": [batch] float32, log P(Y|X) /
+      lp(Y) as `search.decode` scores}.
+    """
     texts, scores = self._nbest(_checked(text))
     return {"translation": texts[:, 0], "score": scores[:, 0]}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def nbest(self, text):
+    """Args:
+      text: [batch] strings.
+    Returns:
+      {"translations": [batch, nbest] strings, "scores": [batch, nbest]},
+      best first.
+    """
     texts, scores = self._nbest(_checked(text))
     return {"translations": texts, "scores": scores}
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
   def translate_ids(self, source_ids):
+    """Args:
+      source_ids: [batch, length] int32 as `source_ids` makes them.
+    Returns:
+      {"target_ids": [batch, length] int32, PAD after EOS, "score": [batch]}.
+    """
     ids, scores = self._search(_checked(source_ids))
     return {"target_ids": ids[:, 0], "score": scores[:, 0]}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def attention(self, text):
+    """The best translation and every attention distribution behind it.
+
+    Args:
+      text: [batch] strings.
+    Returns:
+      {"translation", "source_tokens", "target_tokens", and per kind of
+      attention [batch, layers, heads, queries, keys] float32}.
+    """
     return self._attention(_checked(text))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
   def translate_with_prefix(self, text, prefix):
+    """Translations that start with given target text (autocompletion).
+
+    Args:
+      text: [batch] source strings.
+      prefix: [batch] target strings ("" for none), tokenized as targets.
+    Returns:
+      {"translation": [batch] strings, "score": [batch] float32, the prefix's
+      tokens included}.
+    """
     text, prefix = _same_size(
         _checked(text), _checked(prefix),
         "translate_with_prefix: text and prefix must hold as many strings")
@@ -194,6 +240,14 @@ class TranslationModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
   def score(self, source, target):
+    """Forced decoding: how likely the model finds each target. Over the
+    full vocabulary.
+
+    Args:
+      source, target: [batch] strings.
+    Returns:
+      `scoring.score_texts`'s dict.
+    """
     source, target = _same_size(
         _checked(source), _checked(target),
         "score: source and target must hold as many strings")
