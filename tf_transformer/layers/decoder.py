@@ -67,18 +67,13 @@ class DecoderLayer(_TransformerBlock):
       (that, {"self": [batch, heads, target_length, target_length],
       "cross": [batch, heads, target_length, source_length]}).
     """
-    h = self.self_attention_residual.normalize_input(x)
-    y, self_weights = self.self_attention(
-        h, attention_mask=self_attention_mask, training=training,
-        return_attention_scores=True)
-    x = self.self_attention_residual(x, y, training=training)
-    h = self.cross_attention_residual.normalize_input(x)
-    y, cross_weights = self.cross_attention(
-        h, memory, attention_mask=cross_attention_mask, training=training,
-        return_attention_scores=True)
-    x = self.cross_attention_residual(x, y, training=training)
-    h = self.feed_forward_residual.normalize_input(x)
-    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
+    x, self_weights = self._attention_block(
+        self.self_attention_residual, self.self_attention, x, training,
+        attention_mask=self_attention_mask)
+    x, cross_weights = self._attention_block(
+        self.cross_attention_residual, self.cross_attention, x, training,
+        value=memory, attention_mask=cross_attention_mask)
+    x = self._feed_forward_block(x, training)
     weights = {"self": self_weights, "cross": cross_weights}
     return (x, weights) if return_attention_scores else x
 

@@ -54,6 +54,20 @@ class _TransformerBlock(PolicyLayer):
                         self.arguments["layer_norm_epsilon"], name=name,
                         dtype=self.dtype_policy)
 
+  @staticmethod
+  def _attention_block(residual, attention, x, training, **arguments):
+    """(the residual block of section 3.1 around `attention` called on x
+    with `arguments`, the attention weights)."""
+    y, weights = attention(residual.normalize_input(x), training=training,
+                           return_attention_scores=True, **arguments)
+    return residual(x, y, training=training), weights
+
+  def _feed_forward_block(self, x, training):
+    """The residual block of section 3.1 around the feed-forward network."""
+    h = self.feed_forward_residual.normalize_input(x)
+    return self.feed_forward_residual(x, self.feed_forward(h),
+                                      training=training)
+
   def get_config(self):
     return {**super().get_config(), **self.arguments}
 
@@ -98,12 +112,10 @@ class EncoderLayer(_TransformerBlock):
       self-attention weights [batch, heads, length, length]).
     """
     mask = None if padding_mask is None else masks.key_padding_mask(padding_mask)
-    h = self.attention_residual.normalize_input(x)
-    y, weights = self.self_attention(h, attention_mask=mask, training=training,
-                                     return_attention_scores=True)
-    x = self.attention_residual(x, y, training=training)
-    h = self.feed_forward_residual.normalize_input(x)
-    x = self.feed_forward_residual(x, self.feed_forward(h), training=training)
+    x, weights = self._attention_block(
+        self.attention_residual, self.self_attention, x, training,
+        attention_mask=mask)
+    x = self._feed_forward_block(x, training)
     return (x, weights) if return_attention_scores else x
 
   def named_weights(self) -> named_weights.Layer:
