@@ -246,7 +246,6 @@ def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
   and 4 sentences in one length bucket share one program, and every batch
   decodes as without XLA."""
   model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
-  model.set_xla_attention(False)
   options = DecodingOptions(method=method, max_decode_length_offset=10)
   xla = dataclasses.replace(options, xla=True)
   bucketed = tf.function(lambda ids: decode(model, ids, xla))

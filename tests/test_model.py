@@ -9,6 +9,7 @@ import tensorflow as tf
 from tf_transformer import Transformer, build_model, get_config
 from tf_transformer.config import TransformerConfig
 from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.model import with_xla_attention
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training.loss import LabelSmoothedCrossEntropy
 from training_helpers import copy_task, vocabulary
@@ -62,10 +63,12 @@ def test_future_and_padded_target_tokens_change_nothing_before_them():
 def test_xla_attention_switch_keeps_the_outputs():
   model = _model()
   compiled = model((SOURCE, TARGET_IN))
-  model.set_xla_attention(False)
-  assert model.xla_attention is False
-  assert not model.encoder.encoder_layers[0].self_attention.xla_attention
-  np.testing.assert_allclose(model((SOURCE, TARGET_IN)), compiled, atol=1e-5)
+  plain = with_xla_attention(model, False)
+  assert plain.xla_attention is False and model.xla_attention is True
+  assert not plain.encoder.encoder_layers[0].self_attention.xla_attention
+  assert model.encoder.encoder_layers[0].self_attention.xla_attention
+  assert with_xla_attention(model, True) is model
+  np.testing.assert_allclose(plain((SOURCE, TARGET_IN)), compiled, atol=1e-5)
 
 
 def test_xla_attention_is_the_runs_choice_not_the_configs():

@@ -17,7 +17,6 @@ import tensorflow as tf
 from tf_transformer.config import TransformerConfig
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
-from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.embedding import positional_encoding
@@ -97,20 +96,6 @@ class Transformer(keras.Model):
     self.encoder.build(shape)
     self.decoder.build(shape, shape)
     self.built = True
-
-  def set_xla_attention(self, enabled: bool):
-    """Switches the XLA-compiled attention core on or off in every layer,
-    in place (the same function; `with_xla_attention` leaves a model as it is).
-
-    Args:
-      enabled: whether the core runs under XLA.
-    """
-    self.xla_attention = bool(enabled)
-    for layer in self._flatten_layers():
-      if isinstance(layer, MultiHeadAttention):
-        layer.xla_attention = bool(enabled)
-      if hasattr(layer, "arguments"):
-        layer.arguments["xla_attention"] = bool(enabled)
 
   def _embed(self, embedding, positions, dropout, ids, training=None):
     """Token embedding times sqrt(d_model), plus positions, then dropout (5.4)."""
@@ -252,7 +237,8 @@ def with_dtype_policy(model: Transformer, dtype) -> Transformer:
 
 
 def with_xla_attention(model: Transformer, enabled) -> Transformer:
-  """A model whose attention core runs under XLA as `enabled` asks.
+  """A model whose attention core runs under XLA as `enabled` asks; the
+  model given is never changed.
 
   Args:
     model: a `Transformer`.
