@@ -27,7 +27,7 @@ from absl import flags
 from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
-from tf_transformer.decoding.scoring import output_line
+from tf_transformer.serving.scorer import output_line
 from tf_transformer.progress import Progress
 from tf_transformer.run import runner
 

@@ -17,7 +17,7 @@ import sys
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer.decoding.translator import output_lines
+from tf_transformer.serving.translator import output_lines
 from tf_transformer.serving import client
 
 FLAGS = flags.FLAGS

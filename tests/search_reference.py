@@ -2,7 +2,7 @@
 greedy decoding in NumPy over the model's teacher-forced log-probabilities
 (float64 from its float32 logits), by the rules of our search
 (decoding/beam_search.py, decoding/greedy.py) or of CTranslate2's (its
-decoding.cc, called as decoding/ct2_runtime.py calls it), recording how near
+decoding.cc, called as serving/ct2_runtime.py calls it), recording how near
 each decision came to going the other way.
 
 Why a line may differ between two implementations of one search: per token,
@@ -30,7 +30,7 @@ from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
 
 EPSILON = 2e-5
 RULES = ("ours", "ctranslate2")
-CT2_PATIENCE = 2  # decoding/ct2_runtime.PATIENCE
+CT2_PATIENCE = 2  # serving/ct2_runtime.PATIENCE
 
 
 def gnmt_penalty(length, alpha):

@@ -11,13 +11,13 @@ import tensorflow as tf
 from tf_transformer import build_model
 from tf_transformer import get_config
 from tf_transformer.data import numbers
-from tf_transformer.decoding.ct2_runtime import CT2Decoder
-from tf_transformer.decoding.scoring import Scorer
+from tf_transformer.serving.ct2_runtime import CT2Decoder
+from tf_transformer.serving.scorer import Scorer
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
-from tf_transformer.decoding.translator import Translator
+from tf_transformer.serving.translator import Translator
 from tf_transformer.serving import ct2_export
-from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 from conftest import run_script
@@ -36,7 +36,7 @@ def _trained(trained_numbers_run):
 def _best_of_each_engine(model, vocab, path, options, sources):
   """([(ids, score)] of our search, the same of CTranslate2's) for each
   source (its ids, EOS-terminated), batched by source length: CTranslate2's
-  output limit is per batch (decoding/ct2_runtime.py), so each batch's is
+  output limit is per batch (serving/ct2_runtime.py), so each batch's is
   each of its sentences' own."""
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   decoder = CT2Decoder(path)
@@ -65,7 +65,7 @@ def _best_of_each_engine(model, vocab, path, options, sources):
 def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
   """Both engines decode the same model (per token within EPSILON of a
   float64 teacher-forced pass), but their beam searches differ in rules
-  (decoding/ct2_runtime.py): CTranslate2 finishes only an EOS ranked among
+  (serving/ct2_runtime.py): CTranslate2 finishes only an EOS ranked among
   the best `beam_size` candidates of a step, ours also those ranked
   beam_size + 1 to 2 * beam_size; it stops once 2 * beam_size hypotheses
   have finished, ours by its own rules. So where their best translations

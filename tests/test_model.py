@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from tf_transformer import Transformer, build_model, get_config
 from tf_transformer.config import TransformerConfig
-from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.model import with_xla_attention
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training.loss import LabelSmoothedCrossEntropy

@@ -15,7 +15,7 @@ from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.scoring import token_log_probs
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
-from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 from conftest import run_script

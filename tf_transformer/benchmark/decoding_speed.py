@@ -24,7 +24,7 @@ from tf_transformer.data import sequences
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.cache import BLOCK_LENGTH
-from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.serving import export as export_lib
 from tf_transformer.special_ids import PAD_ID
 

@@ -90,7 +90,7 @@ def _exports(model_dir, directory, settings):
   """{(search, xla, parallel, dtype): SavedModel path} and the CTranslate2
   path."""
   # pylint: disable=g-import-not-at-top
-  from tf_transformer.decoding.translation_module import TranslationModule
+  from tf_transformer.serving.translation_module import TranslationModule
   from tf_transformer.model import with_dtype_policy
   from tf_transformer.run import run_dir
   from tf_transformer.serving import ct2_export

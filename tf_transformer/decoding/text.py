@@ -7,11 +7,17 @@ from tf_transformer.data import sequences
 
 def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
               max_batch_size=256):
-  """Applies `decode_fn(source_ids) -> ids [batch, length]` to `texts` and
-  returns the detokenized outputs, in the order of `texts`, decoded in
-  `length_batches` of about `batch_tokens` source subwords (at most
-  `max_batch_size` sentences), so that little of a batch is padding and a
-  dev set costs a few batches."""
+  """Decodes texts in batches of similar length, so that little of a
+  batch is padding and a dev set costs a few batches.
+
+  Args:
+    decode_fn: source_ids [batch, length] -> output ids [batch, length'].
+    vocabulary: the run's `Vocabulary` (tokenizes and detokenizes).
+    texts: source strings.
+    batch_tokens, max_batch_size: each batch's budget (`length_batches`).
+  Returns:
+    The detokenized outputs, in the order of `texts`.
+  """
   if not texts:
     return []
   ids = sequences.source_ids(vocabulary, tf.constant(texts))
@@ -25,12 +31,18 @@ def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
 
 
 def length_batches(lengths, batch_tokens, max_sentences):
-  """Batches (lists of indices into `lengths`) of texts of similar length,
-  as OpenNMT-tf, fairseq and Marian batch a file: sorted by length, each
-  batch as many texts as fit `batch_tokens` padded tokens (the longest
-  length times the count) and at most `max_sentences`; a text longer than
-  the budget goes alone. Longest first, so that a budget that is too large
-  shows at once."""
+  """Batches of texts of similar length, as OpenNMT-tf, fairseq and Marian
+  batch a file.
+
+  Args:
+    lengths: each text's length in tokens.
+    batch_tokens: the padded tokens a batch may hold (its longest length
+      times its count); a text longer than that goes alone.
+    max_sentences: the texts a batch may hold.
+  Returns:
+    Lists of indices into `lengths`, sorted by length, longest first (so
+    that a budget that is too large shows at once).
+  """
   batches, batch, longest = [], [], 0
   for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
     longest_with = max(longest, lengths[i])

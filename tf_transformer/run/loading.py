@@ -8,7 +8,7 @@ import os
 
 from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.search import DecodingOptions
-from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
 
 

@@ -24,7 +24,7 @@ from tf_transformer.data import numbers
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.decoding.search import DecodingOptions
-from tf_transformer.decoding.translator import one_line
+from tf_transformer.serving.translator import one_line
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.training import best as best_lib

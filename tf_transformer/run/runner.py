@@ -26,9 +26,9 @@ from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import ensemble as ensemble_lib
-from tf_transformer.decoding.scoring import Scorer
-from tf_transformer.decoding.translation_module import TranslationModule
-from tf_transformer.decoding.translator import Translator
+from tf_transformer.serving.scorer import Scorer
+from tf_transformer.serving.translation_module import TranslationModule
+from tf_transformer.serving.translator import Translator
 from tf_transformer.model import build_model
 from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import loading

@@ -5,7 +5,7 @@ from absl import flags
 
 from tf_transformer.decoding.ensemble import AVERAGES
 from tf_transformer.decoding.search import METHODS
-from tf_transformer.decoding.translator import Translator
+from tf_transformer.serving.translator import Translator
 from tf_transformer.run import runner
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",

@@ -36,8 +36,8 @@ import shutil
 import numpy as np
 import sentencepiece as spm
 
-from tf_transformer.decoding.ct2_runtime import DECODING_FILE
-from tf_transformer.decoding.ct2_runtime import import_ctranslate2
+from tf_transformer.serving.ct2_runtime import DECODING_FILE
+from tf_transformer.serving.ct2_runtime import import_ctranslate2
 from tf_transformer.layers.embedding import sinusoid_table
 from tf_transformer.special_ids import BOS_ID, EOS_ID, UNK_ID
 

@@ -1,5 +1,5 @@
 """The SavedModel that TensorFlow Serving loads: a `TranslationModule`
-(decoding/translation_module.py: text in, translations out, tokenization and
+(serving/translation_module.py: text in, translations out, tokenization and
 search in the graph) saved as the next integer version of an export folder,
 the layout TF Serving watches, with these signatures:
 
@@ -30,7 +30,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from tf_transformer.decoding.translation_module import TranslationModule
+from tf_transformer.serving.translation_module import TranslationModule
 
 # What an export's weights and matmuls may be (bin/export.py --dtype).
 DTYPES = ("float32", "bfloat16")

@@ -1,24 +1,36 @@
-"""Text to translations from an export (a SavedModel or a CTranslate2
+"""Lines to translations through an export (a SavedModel or a CTranslate2
 directory) or an in-process `TranslationModule`, in batches: what
-bin/translate.py and bin/evaluate.py share."""
+bin/translate.py, bin/evaluate.py and the main job share."""
 
 import tensorflow as tf
 
-from tf_transformer.decoding import ct2_runtime
+from tf_transformer.serving import ct2_runtime
 from tf_transformer.decoding.text import length_batches
 
 
 def one_line(text):
-  """A translation on one line: a model can emit line breaks (byte
-  fallback), which would shift every later line of a line-aligned file."""
+  """A translation on one line.
+
+  Args:
+    text: a translation; a model can emit line breaks (byte fallback),
+      which would shift every later line of a line-aligned file.
+  Returns:
+    `text` with its line breaks as spaces.
+  """
   return " ".join(text.splitlines())
 
 
 def output_lines(results, nbest_format, show_scores=False, start=0):
-  """What bin/translate.py and bin/serving_client.py print for `results`
-  ([[(text, score), ...], ...], one list per input numbered from `start`):
-  `INDEX ||| TEXT ||| SCORE` per hypothesis with `nbest_format`, else the
-  best text, prefixed by `SCORE<TAB>` with `show_scores`."""
+  """What bin/translate.py and bin/serving_client.py print.
+
+  Args:
+    results: [[(text, score), ...n-best], ...], one list an input.
+    nbest_format: `INDEX ||| TEXT ||| SCORE` for every hypothesis.
+    show_scores: else the best text, prefixed by `SCORE<TAB>`.
+    start: the first input's INDEX.
+  Returns:
+    The lines, without line breaks.
+  """
   lines = []
   for index, hypotheses in enumerate(results, start):
     if nbest_format:
@@ -32,7 +44,17 @@ def output_lines(results, nbest_format, show_scores=False, start=0):
 
 
 class Translator:
-  """`translate(texts) -> [[(translation, score), ...n-best], ...]`."""
+  """`translate(texts) -> [[(translation, score), ...n-best], ...]` over
+  one export or module; built by `from_export` or `from_module`.
+
+  Args:
+    nbest_fn: texts -> (translations [n, nbest] bytes, scores [n, nbest]).
+    nbest_size: the hypotheses `nbest_fn` gives a text.
+    count_fn: texts -> (subwords per text, the input limit), or None where
+      the export cannot count them.
+    prefix_fn: (texts, prefixes) -> (best translations, their scores), or
+      None where the export has no `translate_with_prefix`.
+  """
 
   def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None):
     self._nbest_fn = nbest_fn
@@ -43,9 +65,16 @@ class Translator:
 
   @classmethod
   def from_export(cls, path, compute_type="default"):
-    """A SavedModel version directory (bin/export.py) or a CTranslate2
-    directory (bin/export.py --format=ctranslate2), told apart by their
-    files. `compute_type`: CTranslate2's ("int8" quantizes at load)."""
+    """A translator over an export, whichever kind it is.
+
+    Args:
+      path: a SavedModel version directory (bin/export.py) or a
+        CTranslate2 directory (bin/export.py --format=ctranslate2), told
+        apart by their files.
+      compute_type: CTranslate2's ("int8" quantizes at load).
+    Returns:
+      The `Translator`; FileNotFoundError naming `path` if it is neither.
+    """
     if ct2_runtime.is_ct2_model(path):
       decoder = ct2_runtime.CT2Decoder(path, compute_type)
       return cls(decoder.nbest, decoder.nbest_size,
@@ -62,6 +91,9 @@ class Translator:
 
   @classmethod
   def from_saved_model(cls, path):
+    """A translator over a SavedModel version directory's signatures
+    (`nbest`, and where the export has them `count_input_tokens` and
+    `translate_with_prefix`)."""
     import tensorflow_text  # noqa: F401  pylint: disable=unused-import
     loaded = tf.saved_model.load(path)
     nbest = loaded.signatures["nbest"]
@@ -78,8 +110,14 @@ class Translator:
 
   @classmethod
   def from_module(cls, module):
-    """A `TranslationModule` run in-process (the run layer builds one from a
-    checkpoint: `run.loading`)."""
+    """A translator over a `TranslationModule` run in-process (the run
+    layer builds one from a checkpoint: `run.loading`).
+
+    Args:
+      module: the `TranslationModule`.
+    Returns:
+      The `Translator`.
+    """
     def nbest_fn(texts):
       out = module.nbest(tf.constant(texts, tf.string, shape=[len(texts)]))
       return out["translations"].numpy(), out["scores"].numpy()
@@ -88,8 +126,9 @@ class Translator:
                _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)))
 
   def _prefixed(self, texts, nbest, prefixes):
-    """translate's search for a batch of the texts at `indices`, with
-    their prefixes."""
+    """translate's search with prefixes: (batch, indices into `texts`) ->
+    (translations, scores), one a text. Raises ValueError naming the flag
+    where prefixes cannot be used."""
     if self._prefix_fn is None:
       raise ValueError("--target_prefix: this export has no "
                        "translate_with_prefix signature (exported before it "
@@ -108,9 +147,17 @@ class Translator:
     return search
 
   def input_warnings(self, texts, name="input", shown=5):
-    """What the model will not translate as given: empty lines (the model
-    still answers something) and lines cut to the export's input limit.
-    One message per kind, naming up to `shown` line numbers (from 1)."""
+    """What the model will not translate as given.
+
+    Args:
+      texts: the input lines.
+      name: what the messages call the input (a file name).
+      shown: line numbers named per message.
+    Returns:
+      Up to two messages: the empty lines (the model still answers
+      something) and the lines cut to the export's input limit, each
+      naming up to `shown` line numbers (from 1).
+    """
     empty = [i for i, text in enumerate(texts, 1) if not text.strip()]
     messages = []
     if empty:
@@ -132,13 +179,24 @@ class Translator:
 
   def translate(self, texts, nbest=1, batch_size=32, progress=None,
                 prefixes=None, batch_tokens=0):
-    """`progress`: a `progress.Progress`, told of each translated batch.
-    `prefixes` (one a text, "" for none): each translation starts with its
-    prefix, completed by the same search (one translation a text).
-    `batch_tokens` > 0: the texts are sorted by length and cut into batches
-    of at most that many source subwords, padding included, and at most
-    `batch_size` texts (`length_batches`); else batches of `batch_size` in
-    file order. The results come back in the texts' order either way."""
+    """Translates lines in batches.
+
+    Args:
+      texts: the input lines.
+      nbest: hypotheses kept a line, at most `nbest_size`.
+      batch_size: texts a batch.
+      progress: a `progress.Progress`, told of each translated batch.
+      prefixes: one a text ("" for none): each translation starts with its
+        prefix, completed by the same search (one translation a text).
+      batch_tokens: > 0: the texts are sorted by length and cut into
+        batches of at most that many source subwords, padding included,
+        and at most `batch_size` texts (`length_batches`); else batches of
+        `batch_size` in file order.
+    Returns:
+      [[(translation, score), ...nbest], ...] in the texts' order. Raises
+      ValueError naming the flag (--nbest, --target_prefix) it cannot
+      honour.
+    """
     if not 1 <= nbest <= self.nbest_size:
       raise ValueError(f"--nbest={nbest}: must be between 1 and the "
                        f"{self.nbest_size} hypotheses this decoding gives "
@@ -163,9 +221,14 @@ class Translator:
     return results
 
   def input_lengths(self, texts):
-    """Each text's source length as the model sees it: its subwords, cut
-    to the input limit, plus EOS (whitespace words where an old export
-    cannot count subwords)."""
+    """Each text's source length as the model sees it.
+
+    Args:
+      texts: the input lines.
+    Returns:
+      Its subwords, cut to the input limit, plus EOS (whitespace words
+      where an old export cannot count subwords), a text.
+    """
     if self._count_fn is None:
       return [len(text.split()) + 1 for text in texts]
     counts, limit = self._subword_counts(texts)

@@ -55,10 +55,12 @@ PATIENCE = 2  # see the module docstring
 
 
 def is_ct2_model(path) -> bool:
+  """Whether `path` is a CTranslate2 model directory (it has MODEL_FILE)."""
   return os.path.isfile(os.path.join(path, MODEL_FILE))
 
 
 def import_ctranslate2():
+  """The ctranslate2 module; ImportError saying how to install it."""
   try:
     import ctranslate2  # pylint: disable=g-import-not-at-top
   except ImportError as e:
@@ -68,12 +70,20 @@ def import_ctranslate2():
 
 
 def gnmt_penalty(length, alpha):
+  """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha, as `beam_search.length_penalty`."""
   return ((5.0 + length) / 6.0) ** alpha
 
 
 class CT2Decoder:
   """`nbest(texts) -> (translations [n][nbest] bytes, scores [n][nbest])`,
-  as the SavedModel's `nbest` signature returns them."""
+  as the SavedModel's `nbest` signature returns them, and the export's
+  other services (prefixes, scoring) by CTranslate2.
+
+  Args:
+    path: a CTranslate2 export (bin/export.py --format=ctranslate2).
+    compute_type: CTranslate2's ("int8" quantizes at load).
+    intra_threads: its threads a batch; 0: its default.
+  """
 
   def __init__(self, path, compute_type="default", intra_threads=0):
     ctranslate2 = import_ctranslate2()
@@ -92,24 +102,43 @@ class CT2Decoder:
         intra_threads=intra_threads)
 
   def pieces(self, texts):
-    """Each text's subwords, cut to the input limit (the EOS is CTranslate2's
-    to add: `add_source_eos`)."""
+    """The source pieces CTranslate2 is given.
+
+    Args:
+      texts: source strings.
+    Returns:
+      Each text's subwords, cut to the input limit (the EOS is
+      CTranslate2's to add: `add_source_eos`).
+    """
     return [p[:self.max_input_tokens]
             for p in self.processor.encode(list(texts), out_type=str)]
 
   def count_input_tokens(self, texts):
-    """(subwords per text before the cut, the input limit)."""
+    """What `Translator.input_warnings` needs.
+
+    Args:
+      texts: source strings.
+    Returns:
+      (subwords per text before the cut, the input limit).
+    """
     return ([len(p) for p in self.processor.encode(list(texts))],
             self.max_input_tokens)
 
   def output_limit(self, sources):
-    """The most tokens an output of a batch of source pieces may have, EOS
-    included: the longest source + its EOS + the offset (module
-    docstring)."""
+    """The output limit of a batch (module docstring).
+
+    Args:
+      sources: the batch's source pieces.
+    Returns:
+      The most tokens an output may have, EOS included: the longest source
+      + its EOS + the offset.
+    """
     return (max([len(s) for s in sources], default=0) + 1
             + self.options.max_decode_length_offset)
 
   def search_kwargs(self, sources):
+    """`translate_batch`'s arguments for the export's `DecodingOptions`
+    (module docstring) and a batch of source pieces."""
     o = self.options
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
                   max_input_length=0, length_penalty=o.length_penalty_alpha,
@@ -127,14 +156,20 @@ class CT2Decoder:
     return kwargs
 
   def translate_pieces(self, sources):
-    """CTranslate2's results for lists of source pieces."""
+    """CTranslate2's results (`TranslationResult`s) for lists of source
+    pieces, one a source."""
     return self.translator.translate_batch(sources,
                                            **self.search_kwargs(sources))
 
   def ranked(self, result, limit):
-    """(pieces, our score) of one CTranslate2 result's hypotheses, best
-    first by our score (module docstring); `limit` the batch's
-    `output_limit`."""
+    """One result's hypotheses ranked by our score (module docstring).
+
+    Args:
+      result: a CTranslate2 `TranslationResult`.
+      limit: the batch's `output_limit`.
+    Returns:
+      [(pieces, log P(Y|X) / lp(Y))], best first.
+    """
     alpha = self.options.length_penalty_alpha
     ranked = []
     for hypothesis, score in zip(result.hypotheses, result.scores):
@@ -145,6 +180,13 @@ class CT2Decoder:
     return sorted(ranked, key=lambda pair: -pair[1])
 
   def nbest(self, texts):
+    """The SavedModel's `nbest` signature, by CTranslate2.
+
+    Args:
+      texts: source strings.
+    Returns:
+      (translations [n][nbest] UTF-8 bytes, scores [n][nbest]), best first.
+    """
     sources = self.pieces(texts)
     results = self.translate_pieces(sources) if sources else []
     limit = self.output_limit(sources)
@@ -157,8 +199,14 @@ class CT2Decoder:
     return translations, scores
 
   def prefix_pieces(self, texts, prefixes):
-    """[(pieces, score)]: the best output of each text that starts with its
-    prefix (CTranslate2's `target_prefix`), scored as `nbest` scores."""
+    """The best output of each text that starts with its prefix
+    (CTranslate2's `target_prefix`).
+
+    Args:
+      texts, prefixes: source and target strings, one prefix a text.
+    Returns:
+      [(pieces, score)], scored as `nbest` scores.
+    """
     sources = self.pieces(texts)
     if not sources:
       return []
@@ -171,16 +219,27 @@ class CT2Decoder:
     return [self.ranked(result, limit)[0] for result in results]
 
   def translate_with_prefix(self, texts, prefixes):
-    """(best translations, scores) that start with `prefixes`."""
+    """The SavedModel's `translate_with_prefix` signature, by CTranslate2.
+
+    Args:
+      texts, prefixes: source and target strings, one prefix a text.
+    Returns:
+      (best translations as UTF-8 bytes, their scores).
+    """
     best = self.prefix_pieces(texts, prefixes)
     return ([self.processor.decode(h).encode("utf-8") for h, _ in best],
             [score for _, score in best])
 
   def token_log_probs(self, texts, targets):
-    """log P(y_t | y_<t, X) of each target piece and of the EOS, teacher
-    forced (CTranslate2's `score_batch`); targets are cut to the longest
-    output the search gives, as the SavedModel's `score` signature cuts
-    them."""
+    """Forced decoding by CTranslate2's `score_batch`.
+
+    Args:
+      texts, targets: source and target strings, one target a text; targets
+        are cut to the longest output the search gives, as the SavedModel's
+        `score` signature cuts them.
+    Returns:
+      Per text, log P(y_t | y_<t, X) of each target piece and of the EOS.
+    """
     longest = self.max_input_tokens + self.options.max_decode_length_offset
     results = self.translator.score_batch(
         self.pieces(texts), [p[:longest] for p in self.processor.encode(

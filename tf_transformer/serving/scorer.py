@@ -1,0 +1,111 @@
+"""Scoring lists of lines: the log-probability an export (its `score`
+signature, `decoding/scoring.py`), an in-process `TranslationModule` or a
+CTranslate2 export gives each target given its source; what bin/score.py
+prints."""
+
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer.serving import ct2_runtime
+
+
+class Scorer:
+  """`score(sources, targets) -> [(log_prob, [token log-probs])]` over an
+  export's `score` signature, an in-process module's, or CTranslate2; built
+  by `from_export` or `from_module`.
+
+  Args:
+    batch_fn: (sources, targets) -> [(log_prob, [token log-probs])].
+  """
+
+  def __init__(self, batch_fn):
+    self._batch_fn = batch_fn  # (sources, targets) -> [(total, tokens)]
+
+  @classmethod
+  def from_export(cls, path):
+    """A scorer over an export.
+
+    Args:
+      path: a SavedModel version or a CTranslate2 directory (bin/export.py).
+    Returns:
+      The `Scorer`; FileNotFoundError naming `path` where it is neither,
+      ValueError where the export has no `score` signature.
+    """
+    if ct2_runtime.is_ct2_model(path):
+      decoder = ct2_runtime.CT2Decoder(path)
+      return cls(lambda s, t: [(float(np.sum(v)), list(v))
+                               for v in decoder.token_log_probs(s, t)])
+    if not tf.saved_model.contains_saved_model(path):
+      raise FileNotFoundError(
+          f"{path}: neither a SavedModel version (saved_model.pb), a "
+          f"CTranslate2 model ({ct2_runtime.MODEL_FILE}) nor a run "
+          "directory (config.json)")
+    import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+    loaded = tf.saved_model.load(path)
+    if "score" not in loaded.signatures:
+      raise ValueError(f"{path} has no score signature (exported before "
+                       "scoring existed): export it again")
+    return cls(_rows(loaded.signatures["score"]))
+
+  @classmethod
+  def from_module(cls, module):
+    """A scorer over a `TranslationModule` run in-process (a run's
+    checkpoint).
+
+    Args:
+      module: the `TranslationModule`.
+    Returns:
+      The `Scorer`.
+    """
+    # The closure holds the module: its tf.functions hold it only weakly.
+    return cls(_rows(lambda **tensors: module.score(**tensors)))
+
+  def score(self, sources, targets, batch_size=32, progress=None):
+    """log P(target | source) of each pair (`decoding/scoring.py`).
+
+    Args:
+      sources, targets: line-aligned strings.
+      batch_size: pairs a batch.
+      progress: a `progress.Progress`, told of each scored batch.
+    Returns:
+      [(log_prob, [each target subword's and the EOS's log-prob])];
+      ValueError where the counts differ.
+    """
+    if len(sources) != len(targets):
+      raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+    results = []
+    for start in range(0, len(sources), batch_size):
+      end = start + batch_size
+      results += self._batch_fn(list(sources[start:end]),
+                                list(targets[start:end]))
+      if progress:
+        progress.add(len(sources[start:end]))
+    return results
+
+
+def _rows(score_fn):
+  """A `Scorer` batch function over a `score` signature's function."""
+  def batch(sources, targets):
+    strings = lambda texts: tf.constant(texts, tf.string, shape=[len(texts)])
+    out = score_fn(source=strings(sources), target=strings(targets))
+    totals, values = out["log_prob"].numpy(), out["token_log_probs"].numpy()
+    return [(float(total), [float(v) for v in row[:length]])
+            for total, row, length in zip(totals, values,
+                                          out["lengths"].numpy())]
+  return batch
+
+
+def output_line(log_prob, token_log_probs, with_tokens=False):
+  """bin/score.py's line for one pair.
+
+  Args:
+    log_prob: log P(target | source).
+    token_log_probs: each scored token's log-probability.
+    with_tokens: also print those.
+  Returns:
+    `LOG_PROB<TAB>TOKENS[<TAB>per-token values]`.
+  """
+  fields = [f"{log_prob:.4f}", str(len(token_log_probs))]
+  if with_tokens:
+    fields.append(" ".join(f"{v:.4f}" for v in token_log_probs))
+  return "\t".join(fields)
