@@ -175,7 +175,7 @@ def test_a_time_budget_is_checkpointed_by_time():
 
 def _choice(tmp_path, monkeypatch, metric, averaged_dev, best_dev):
   """main_job._choose between an average and a best checkpoint (step 666)
-  whose dev scores are given; returns (directory, flags, line)."""
+  whose dev scores are given; returns (what to export, line)."""
   run, averaged = str(tmp_path / "run"), str(tmp_path / "averaged")
   os.makedirs(os.path.join(run, "best"), exist_ok=True)
   with open(os.path.join(run, "best", "best.json"), "w") as f:
@@ -197,27 +197,25 @@ def test_the_job_chooses_by_the_tasks_metric(tmp_path, monkeypatch):
   best = {"bleu": 0.21, "exact_match": 0.818, "loss": 2.1}
   assert main_job.TASKS["numbers"].best_metric == "exact_match"
   assert main_job.TASKS["multi30k"].best_metric == "bleu"
-  directory, flags, line = _choice(tmp_path, monkeypatch, "exact_match",
-                                   average, best)
-  assert directory == str(tmp_path / "averaged")
-  assert flags == [f"--model_dir={tmp_path / 'averaged'}"]
+  source, line = _choice(tmp_path, monkeypatch, "exact_match", average,
+                         best)
+  assert source == dict(model_dir=str(tmp_path / "averaged"), checkpoint=None)
   assert line == (
       "the average of the last 5 checkpoints (dev exact match 0.996, loss "
       "1.9000), over the best checkpoint, step 666 (dev exact match 0.818, "
       "loss 2.1000); by dev exact match, then the lower dev loss; greedy "
       "search")
   # By BLEU the same scores choose the other way.
-  directory, flags, line = _choice(tmp_path, monkeypatch, "bleu", average,
-                                   best)
-  assert flags == [f"--model_dir={tmp_path / 'run'}", "--checkpoint=best"]
+  source, line = _choice(tmp_path, monkeypatch, "bleu", average, best)
+  assert source == dict(model_dir=str(tmp_path / "run"), checkpoint="best")
   assert line.startswith("the best checkpoint, step 666 (dev BLEU 0.21, ")
 
 
 def test_the_job_breaks_a_tie_by_dev_loss(tmp_path, monkeypatch):
   tied = {"bleu": 0.0, "exact_match": 0.998}
-  directory, _, _ = _choice(tmp_path, monkeypatch, "exact_match",
-                            dict(tied, loss=1.95), dict(tied, loss=1.90))
-  assert directory == str(tmp_path / "run" / "best")
-  directory, _, _ = _choice(tmp_path, monkeypatch, "exact_match",
-                            dict(tied, loss=1.90), dict(tied, loss=1.95))
-  assert directory == str(tmp_path / "averaged")
+  source, _ = _choice(tmp_path, monkeypatch, "exact_match",
+                      dict(tied, loss=1.95), dict(tied, loss=1.90))
+  assert source["checkpoint"] == "best"
+  source, _ = _choice(tmp_path, monkeypatch, "exact_match",
+                      dict(tied, loss=1.90), dict(tied, loss=1.95))
+  assert source["model_dir"] == str(tmp_path / "averaged")

@@ -6,9 +6,10 @@ it, and translate examples through it next to their references.
 bin/main_job.py is its flags and its printout.
 
 Each stage calls the `Runner` and is announced with the bin/ command that
-does the same alone, so any stage can be rerun by hand. Run it again and
-the finished training is reused (a killed one resumes from its last
-checkpoint); each run exports the next version of `export_dir`.
+does the same alone, so any stage can be rerun by hand; the command's flags
+and the call's arguments are written once (`_given`, `_command`). Run it
+again and the finished training is reused (a killed one resumes from its
+last checkpoint); each run exports the next version of `export_dir`.
 """
 
 import dataclasses
@@ -178,12 +179,11 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   spec, data_flags, texts = _data(task, task_name, data_dir, work_dir,
                                   run_dir, seed, numbers_train_size)
   if not os.path.exists(os.path.join(run_dir, "vocabulary.model")):
-    write_text = () if task.splits else ("dev", "test")
-    announce("prepare", _command(
-        "prepare_data.py", *data_flags, f"--vocab_size={vocab_size}",
-        f"--seed={seed}", f"--output_dir={run_dir}",
-        *([f"--write_text={','.join(write_text)}"] if write_text else [])))
-    runner.prepare(spec, vocab_size, seed=seed, write_text=write_text)
+    prepare = dict(vocab_size=vocab_size, seed=seed,
+                   write_text=() if task.splits else ("dev", "test"))
+    announce("prepare", _command("prepare_data.py", *data_flags,
+                                 output_dir=run_dir, **prepare))
+    runner.prepare(spec, **prepare)
   times["prepare"] = time.time() - start
 
   start = time.time()
@@ -192,68 +192,61 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   train_config = config_lib.get_config(config_name, hparams)
   if train_steps:
     train_config = train_config.replace(train_steps=train_steps)
+  # What bin/train.py takes as flags and `Runner.train` as arguments.
+  train = _given(
+      vocab_size=vocab_size, seed=seed, train_minutes=minutes,
+      checkpoint_every_secs=every_secs, checkpoint_every_steps=every or None,
+      eval_every_steps=evaluate_every, best_metric=task.best_metric,
+      log_every_steps=log_every, mixed_precision=mixed_precision or None)
   announce("train", _command(
       "train.py", f"--config={config_name}", f"--hparams={hparams}",
-      *data_flags, f"--model_dir={run_dir}", f"--vocab_size={vocab_size}",
-      f"--seed={seed}",
-      *([f"--train_steps={train_steps}"] if train_steps else []),
-      *([f"--train_minutes={minutes:g}"] if minutes else []),
-      f"--checkpoint_every_secs={every_secs}",
-      *([f"--checkpoint_every_steps={every}"] if every else []),
-      f"--eval_every_steps={evaluate_every}",
-      f"--best_metric={task.best_metric}",
-      f"--log_every_steps={log_every}",
-      *([f"--mixed_precision={mixed_precision}"] if mixed_precision else [])))
-  training = runner.train(
-      train_config, spec, stop=stop, vocab_size=vocab_size, seed=seed,
-      train_minutes=minutes, checkpoint_every_secs=every_secs,
-      checkpoint_every_steps=every or None, eval_every_steps=evaluate_every,
-      best_metric=task.best_metric, log_every_steps=log_every,
-      mixed_precision=mixed_precision or None)
+      *data_flags, model_dir=run_dir, train_steps=train_steps, **train))
+  training = runner.train(train_config, spec, stop=stop, **train)
   if training["stopped_by"]:
     raise JobStopped(runner_lib.describe_training(training)[0])
   times["train"] = time.time() - start
 
   start = time.time()
   saved = len(checkpoints.checkpoint_paths(run_dir))
-  count = max(1, min(saved, average_checkpoints))
-  announce("average", _command(
-      "average_checkpoints.py", f"--model_dir={run_dir}",
-      f"--num_checkpoints={count}", f"--output_dir={averaged_dir}"))
-  averaged = runner.average(count, averaged_dir)
+  average = dict(num_checkpoints=max(1, min(saved, average_checkpoints)),
+                 output_dir=averaged_dir)
+  announce("average", _command("average_checkpoints.py", model_dir=run_dir,
+                               **average))
+  averaged = runner.average(**average)
   times["average"] = time.time() - start
 
   start = time.time()
-  export_from, export_flags, chosen = _choose(
-      run_dir, averaged_dir, len(averaged.checkpoints), task.best_metric)
+  source, chosen = _choose(run_dir, averaged_dir, len(averaged.checkpoints),
+                           task.best_metric)
   times["choose"] = time.time() - start
 
   start = time.time()
-  dtype_flag = ([] if export_dtype == "float32"
-                else [f"--dtype={export_dtype}"])
-  announce("export", _command("export.py", *export_flags,
-                              f"--export_dir={export_dir}", *dtype_flag))
+  exporting = _given(checkpoint=source["checkpoint"], export_dir=export_dir,
+                     dtype=None if export_dtype == "float32"
+                     else export_dtype)
+  announce("export", _command("export.py", model_dir=source["model_dir"],
+                              **exporting))
 
   def export_warning(text):  # the export's stages are not announced
     if text.startswith("warning:"):
       announce("export", text)
-  export = runner_lib.Runner(export_from).export(
-      export_dir, dtype=export_dtype, on_stage=export_warning)
+  export = runner_lib.Runner(source["model_dir"]).export(
+      on_stage=export_warning, **exporting)
   decoding = DecodingOptions.from_config(
-      run_dir_lib.load_config(export_from))
+      run_dir_lib.load_config(source["model_dir"]))
   times["export"] = time.time() - start
 
   start = time.time()
   translator = runner_lib.open_translator(model=export)
   scores = {}
-  for split, (source, reference) in texts.items():
+  for split, (source_file, reference) in texts.items():
     output = os.path.join(work_dir, split + ".translation")
     announce(f"evaluate {split}", _command(
-        "evaluate.py", f"--model={export}", f"--source={source}",
-        f"--reference={reference}", f"--output={output}"))
-    result = runner_lib.evaluate(translator, read_lines(source),
+        "evaluate.py", model=export, source=source_file, reference=reference,
+        output=output))
+    result = runner_lib.evaluate(translator, read_lines(source_file),
                                  read_lines(reference),
-                                 names=(source, reference))
+                                 names=(source_file, reference))
     with open(output, "w", encoding="utf-8") as f:
       f.write("".join(one_line(h) + "\n" for h in result.hypotheses))
     scores[split] = result.scores
@@ -262,8 +255,8 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   start = time.time()
   sources = read_lines(texts["test"][0])[:num_examples]
   references = read_lines(texts["test"][1])[:num_examples]
-  announce("translate", _command("translate.py", f"--model={export}",
-                                 f"--input={texts['test'][0]}"))
+  announce("translate", _command("translate.py", model=export,
+                                 input=texts["test"][0]))
   translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
   times["translate"] = time.time() - start
   return JobResult(task_name, config_name, training, averaged, chosen, export,
@@ -272,16 +265,17 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
 
 
 def _choose(run_dir, averaged_dir, averaged_count, metric):
-  """(the model directory to export, its bin/export.py flags, a line
-  saying why): the average of the last checkpoints, or the run's best
-  checkpoint by dev (MODEL_DIR/best/) where that ranks higher on dev by
-  `metric`, equal values by the lower dev loss (`best.rank`). Both are
-  scored now, alike: translated as training translated dev (its search and
-  sentences, from best.json), the loss teacher forced."""
+  """({"model_dir", "checkpoint"} to export, a line saying why): the
+  average of the last checkpoints, or the run's best checkpoint by dev
+  (`--checkpoint=best`) where that ranks higher on dev by `metric`, equal
+  values by the lower dev loss (`best.rank`). Both are scored now, alike:
+  translated as training translated dev (its search and sentences, from
+  best.json), the loss teacher forced."""
   best = best_lib.read_best(run_dir)
   average = f"the average of the last {averaged_count} checkpoints"
+  averaged = dict(model_dir=averaged_dir, checkpoint=None)
   if not best:
-    return averaged_dir, [f"--model_dir={averaged_dir}"], (
+    return averaged, (
         f"{average} (no dev evaluation kept a best checkpoint)")
   evaluation = best.get("evaluation", {})
   how = dict(decoding=evaluation.get("decoding", "greedy"),
@@ -295,17 +289,33 @@ def _choose(run_dir, averaged_dir, averaged_count, metric):
         "search")
   best_line = f"the best checkpoint, step {best['step']}"
   if best_lib.rank(best_dev, metric) > best_lib.rank(averaged_dev, metric):
-    return os.path.join(run_dir, best_lib.BEST_DIR), [
-        f"--model_dir={run_dir}", "--checkpoint=best"], (
-            f"{best_line} ({scored(best_dev)}), over {average} "
-            f"({scored(averaged_dev)}); {by}")
-  return averaged_dir, [f"--model_dir={averaged_dir}"], (
+    return dict(model_dir=run_dir, checkpoint="best"), (
+        f"{best_line} ({scored(best_dev)}), over {average} "
+        f"({scored(averaged_dev)}); {by}")
+  return averaged, (
       f"{average} ({scored(averaged_dev)}), over {best_line} "
       f"({scored(best_dev)}); {by}")
 
 
-def _command(script, *args):
-  return f"bin/{script} " + " ".join(shlex.quote(a) for a in args)
+def _given(**arguments):
+  """The arguments that are not None: a stage's bin/ flags and its `Runner`
+  call's keyword arguments at once."""
+  return {name: value for name, value in arguments.items()
+          if value is not None}
+
+
+def _command(script, *flags, **arguments):
+  """The bin/ command line of a stage: `flags` as they are, then
+  `--name=value` for each argument that is not None or empty (sequences
+  comma-separated), so that the line and the stage's `Runner` call are
+  written once, from the same arguments."""
+  for name, value in arguments.items():
+    if isinstance(value, (tuple, list)):
+      value = ",".join(value)
+    if value is not None and value != "":
+      flags += (f"--{name}={value:g}" if isinstance(value, float)
+                else f"--{name}={value}",)
+  return f"bin/{script} " + " ".join(shlex.quote(a) for a in flags)
 
 
 def summary(result: JobResult):
