@@ -421,3 +421,110 @@ def test_a_checkpoint_without_train_seconds_still_restores(tmp_path):
   assert resumed.checkpointer.restore().endswith("ckpt-2")
   assert resumed.step == 2
   assert float(resumed.train_seconds.numpy()) == 0.0
+
+
+def test_budget_schedule_warms_up_as_eq_3_then_decays_to_zero():
+  d_model, warmup, scale = 256, 400, 0.5
+  rate = lambda step, horizon: float(schedule.budget_learning_rate(
+      step, d_model, warmup, scale, horizon))
+  for step in (1, 100, 400):  # the warm-up is eq. 3's
+    np.testing.assert_allclose(
+        rate(step, 2000), schedule.learning_rate(step, d_model, warmup,
+                                                 scale), rtol=1e-6)
+  peak = rate(400, 2000)
+  # Then a straight line from the peak to zero at the horizon.
+  np.testing.assert_allclose(rate(1200, 2000), peak / 2, rtol=1e-5)
+  np.testing.assert_allclose(rate(1600, 2000), peak / 4, rtol=1e-5)
+  assert rate(2000, 2000) == 0.0 and rate(2500, 2000) == 0.0
+  # A budget shorter than two warm-ups peaks at its middle, lower.
+  np.testing.assert_allclose(
+      rate(300, 600), schedule.learning_rate(300, d_model, warmup, scale),
+      rtol=1e-6)
+  np.testing.assert_allclose(rate(450, 600), rate(300, 600) / 2, rtol=1e-5)
+  assert rate(300, 600) < peak
+  # Keras passes completed updates: update n gets the rate of step n.
+  keras_schedule = schedule.TransformerSchedule(d_model, warmup, scale, 2000)
+  np.testing.assert_allclose(keras_schedule(tf.constant(1199)),
+                             rate(1200, 2000), rtol=1e-6)
+
+
+def test_planned_horizon_is_the_step_the_rate_reaches_by_the_deadline():
+  assert schedule.planned_horizon(50, 1000) == 1000  # steps alone
+  assert schedule.planned_horizon(50, 1000, 2100.0, 0.0) == 1000  # no rate
+  assert schedule.planned_horizon(50, 1000, 2100.0, 1 / 30) == 120
+  assert schedule.planned_horizon(50, 100, 2100.0, 1 / 30) == 100
+  assert schedule.planned_horizon(130, 1000, -60.0, 1 / 30) == 130
+
+
+def _budget_trainer(tmp_path, clock, train_steps, train_minutes=None):
+  trainer = make_trainer(
+      tmp_path, overrides="dropout_rate=0.0,learning_rate_schedule=budget",
+      train_steps=train_steps, train_minutes=train_minutes,
+      checkpoint_every_steps=1000, log_every_steps=1000)
+  return _timed(trainer, clock)
+
+
+def _last_rate(trainer):
+  """The rate of the last update made."""
+  return float(schedule.for_config(trainer.config, trainer.horizon)(
+      trainer.step - 1))
+
+
+def _recording_rates(trainer):
+  """Records the rate each update is about to use in `trainer.rates`."""
+  step, trainer.rates = trainer.train_one_step, []
+
+  def recorded():
+    trainer.rates.append(float(trainer.optimizer.learning_rate.numpy()))
+    return step()
+  trainer.train_one_step = recorded
+  return trainer
+
+
+def test_budget_schedule_plans_its_horizon_by_the_deadline_and_resumes_on_it(
+    tmp_path, monkeypatch):
+  """30 seconds a step and 60 minutes: 120 steps. The horizon is planned
+  from the rate measured after the first step, saved with the checkpoint;
+  the same budget resumes on the same plan, and a larger one re-plans as
+  if it had been the plan from the start."""
+  clock = _Clock()
+  monkeypatch.setattr(trainer_lib, "time", clock)
+  first = _budget_trainer(tmp_path, clock, 1000, train_minutes=60)
+  assert float(first.horizon.numpy()) == 1000.0  # nothing measured yet
+  result = first.train()
+  assert result["step"] == 120 and result["time_up"]
+  assert float(first.horizon.numpy()) == 120.0
+  assert float(first.steps_per_second.numpy()) == pytest.approx(1 / 30)
+  assert _last_rate(first) == 0.0  # it reached zero at the deadline
+  # The same budget: the saved plan, nothing trained.
+  again = _budget_trainer(tmp_path, clock, 1000, train_minutes=60)
+  again.train()
+  assert again.step == 120 and float(again.horizon.numpy()) == 120.0
+  # 30 minutes more are 60 more steps: the horizon is 180 from the first
+  # step of the resumed run, as a 90-minute plan would have had it.
+  more = _recording_rates(
+      _budget_trainer(tmp_path, clock, 1000, train_minutes=90))
+  result = more.train()
+  assert result["step"] == 180 and float(more.horizon.numpy()) == 180.0
+  expected = [float(schedule.budget_learning_rate(step, 64, 400, 1.0, 180))
+              for step in range(121, 181)]
+  np.testing.assert_allclose(more.rates, expected, rtol=1e-5, atol=1e-9)
+  assert more.rates[0] > 0.0 and _last_rate(more) == 0.0
+
+
+def test_budget_schedule_without_minutes_decays_to_zero_at_train_steps(
+    tmp_path, monkeypatch):
+  clock = _Clock()
+  monkeypatch.setattr(trainer_lib, "time", clock)
+  trainer = _budget_trainer(tmp_path, clock, 8)
+  trainer.train()
+  assert float(trainer.horizon.numpy()) == 8.0 and _last_rate(trainer) == 0.0
+  longer = _budget_trainer(tmp_path, clock, 16)
+  longer.train()
+  assert float(longer.horizon.numpy()) == 16.0 and longer.step == 16
+  # The paper's schedule is the default: eq. 3, no horizon.
+  eq3 = make_trainer(tmp_path / "eq3")
+  assert eq3.config.training.learning_rate_schedule == "eq3"
+  np.testing.assert_allclose(
+      float(schedule.for_config(eq3.config, eq3.horizon)(9)),
+      float(schedule.learning_rate(10, 64, 400)), rtol=1e-6)

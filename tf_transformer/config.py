@@ -88,11 +88,16 @@ class TrainingConfig:
   adam_beta_2: float = 0.98
   adam_epsilon: float = 1e-9
   learning_rate_scale: float = 1.0
+  # "eq3" (section 5.3), or "budget": eq. 3's warm-up, then a linear decay
+  # to zero at the end of the run's budget (`training/schedule.py`).
+  learning_rate_schedule: str = "eq3"
   train_steps: int = 100000
   batch_tokens: int = 25000
 
   def __post_init__(self):
     _check_positive(self, ("warmup_steps", "train_steps", "batch_tokens"))
+    if self.learning_rate_schedule not in ("eq3", "budget"):
+      _fail(self, "learning_rate_schedule", "expected 'eq3' or 'budget'")
     if not 0.0 <= self.label_smoothing < 1.0:
       _fail(self, "label_smoothing", "must be in [0, 1)")
 

@@ -3,17 +3,25 @@
 import keras
 
 from tf_transformer.config import TransformerConfig
-from tf_transformer.training.schedule import TransformerSchedule
+from tf_transformer.training import schedule
 
 MIXED_PRECISION = {None: "float32", "": "float32", "bfloat16":
                    "mixed_bfloat16", "float16": "mixed_float16"}
 
 
-def create_optimizer(config: TransformerConfig, mixed_precision=None):
-  """The paper's optimizer; with float16, wrapped for dynamic loss scaling."""
+def create_optimizer(config: TransformerConfig, mixed_precision=None,
+                     horizon=None):
+  """The paper's optimizer.
+
+  Args:
+    config: a `TransformerConfig`: Adam's settings and the schedule.
+    mixed_precision: "float16" wraps it for dynamic loss scaling.
+    horizon: the budget schedule's horizon (`schedule.for_config`).
+  Returns:
+    A Keras optimizer.
+  """
   optimizer = keras.optimizers.Adam(
-      TransformerSchedule(config.model.d_model, config.training.warmup_steps,
-                          config.training.learning_rate_scale),
+      schedule.for_config(config, horizon),
       beta_1=config.training.adam_beta_1, beta_2=config.training.adam_beta_2,
       epsilon=config.training.adam_epsilon)
   if mixed_precision == "float16":
