@@ -17,8 +17,6 @@ budget). The horizon is `train_steps`, or with a time budget
 import keras
 import tensorflow as tf
 
-SCHEDULES = ("eq3", "budget")
-
 
 def learning_rate(step, d_model, warmup_steps=4000, scale=1.0):
   """Eq. 3, times `scale`.
