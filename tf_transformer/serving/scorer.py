@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.serving import ct2_runtime
+from tf_transformer.serving.translator import string_batch
 
 
 class Scorer:
@@ -86,8 +87,7 @@ class Scorer:
 def _rows(score_fn):
   """A `Scorer` batch function over a `score` signature's function."""
   def batch(sources, targets):
-    strings = lambda texts: tf.constant(texts, tf.string, shape=[len(texts)])
-    out = score_fn(source=strings(sources), target=strings(targets))
+    out = score_fn(source=string_batch(sources), target=string_batch(targets))
     totals, values = out["log_prob"].numpy(), out["token_log_probs"].numpy()
     return [(float(total), [float(v) for v in row[:length]])
             for total, row, length in zip(totals, values,

@@ -98,14 +98,10 @@ class Translator:
     loaded = tf.saved_model.load(path)
     nbest = loaded.signatures["nbest"]
     nbest_size = int(nbest.structured_outputs["scores"].shape[-1])
-
-    def nbest_fn(texts):
-      out = nbest(text=tf.constant(texts, tf.string, shape=[len(texts)]))
-      return out["translations"].numpy(), out["scores"].numpy()
     # Exports before count_input_tokens existed cannot say what they cut.
     counts = getattr(loaded, "count_input_tokens", None)
     prefix = loaded.signatures.get("translate_with_prefix")
-    return cls(nbest_fn, nbest_size, counts and _count_fn(counts),
+    return cls(_nbest_fn(nbest), nbest_size, counts and _count_fn(counts),
                prefix and _prefix_fn(prefix))
 
   @classmethod
@@ -118,10 +114,7 @@ class Translator:
     Returns:
       The `Translator`.
     """
-    def nbest_fn(texts):
-      out = module.nbest(tf.constant(texts, tf.string, shape=[len(texts)]))
-      return out["translations"].numpy(), out["scores"].numpy()
-    return cls(nbest_fn, module.nbest_size,
+    return cls(_nbest_fn(lambda **kw: module.nbest(**kw)), module.nbest_size,
                _count_fn(module.count_input_tokens),
                _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)))
 
@@ -244,18 +237,30 @@ class Translator:
     return counts, limit
 
 
+def string_batch(texts):
+  """[len(texts)] tf.string: what every signature takes, an empty batch
+  too (a plain tf.constant of [] would be float32)."""
+  return tf.constant(texts, tf.string, shape=[len(texts)])
+
+
+def _nbest_fn(nbest):
+  def translate(texts):
+    out = nbest(text=string_batch(texts))
+    return out["translations"].numpy(), out["scores"].numpy()
+  return translate
+
+
 def _prefix_fn(translate_with_prefix):
   def translate(texts, prefixes):
-    strings = lambda values: tf.constant(values, tf.string,
-                                         shape=[len(values)])
-    out = translate_with_prefix(text=strings(texts), prefix=strings(prefixes))
+    out = translate_with_prefix(text=string_batch(texts),
+                                prefix=string_batch(prefixes))
     return out["translation"].numpy(), out["score"].numpy()
   return translate
 
 
 def _count_fn(count_input_tokens):
   def count(texts):
-    out = count_input_tokens(tf.constant(texts, tf.string, shape=[len(texts)]))
+    out = count_input_tokens(string_batch(texts))
     return out["tokens"].numpy(), int(out["max_input_tokens"])
   return count
 
