@@ -18,6 +18,8 @@ signatures as a single model's.
 The search is beam search with the config's beam size, alpha and length
 offset unless the decoding flags say otherwise (--decoding=greedy, or
 --decoding=sample with --temperature, --top_k, --num_samples).
+--shortlist=K,N searches over each request's vocabulary shortlist, from the
+table bin/build_shortlist.py wrote in the run (docs/serving.md).
 """
 
 import sys
@@ -27,6 +29,7 @@ from absl import flags
 from absl import logging
 
 from tf_transformer import command
+from tf_transformer.data.errors import DataError
 from tf_transformer.run import export_flags
 from tf_transformer.run.runner import Runner
 
@@ -45,7 +48,7 @@ def main(argv):
   try:
     path = Runner(FLAGS.model_dir[0]).export(
         FLAGS.export_dir, on_stage=stage, **export_flags.export_arguments())
-  except (FileNotFoundError, ImportError, ValueError) as e:
+  except (FileNotFoundError, ImportError, ValueError, DataError) as e:
     print(f"export: error: {e}", file=sys.stderr)
     return 1
   print(f"exported {path}")

@@ -159,14 +159,16 @@ def _grow_alive(logits, state, step, k, positions):
   special_ids.NEVER_OUTPUT are never candidates: the best 2k others are
   among a row's best 2k + 2 (their probability still counts in the
   normalization, as in greedy decoding)."""
-  per_row = min(2 * k + len(NEVER_OUTPUT), logits.shape[-1])
+  vocab = logits.shape[-1] or tf.shape(logits)[-1]  # a shortlist's varies
+  per_row = (min if isinstance(vocab, int) else tf.minimum)(
+      2 * k + len(NEVER_OUTPUT), vocab)
   row_logits, row_ids = top_k(logits, per_row)
   row_max = row_logits[:, :1]
   log_normalizer = row_max + tf.math.log(
       tf.reduce_sum(tf.exp(logits - row_max), -1, keepdims=True))
   # (A lookup in a constant table: one kernel, where comparing with each
   # id and reducing took two.)
-  never = tf.gather(limits_lib.never_output(logits.shape[-1]), row_ids)
+  never = tf.gather(limits_lib.never_output(vocab), row_ids)
   row_log_probs = tf.where(never, NEG_INF, row_logits - log_normalizer)
   candidates = (tf.reshape(row_log_probs, [-1, k, per_row])
                 + tf.expand_dims(state.alive_log_probs, 2))

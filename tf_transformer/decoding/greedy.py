@@ -60,7 +60,9 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
   def draw(log_probs, step):
     logits = log_probs / temperature
     if top_k:
-      kth_best = tf.math.top_k(logits, k=top_k).values[:, -1:]
+      vocab = logits.shape[-1] or tf.shape(logits)[-1]  # a shortlist's varies
+      k = (min if isinstance(vocab, int) else tf.minimum)(top_k, vocab)
+      kth_best = tf.math.top_k(logits, k=k).values[:, -1:]
       logits = tf.where(logits < kth_best, logits.dtype.min, logits)
     if seed is None:
       drawn = tf.random.categorical(logits, 1, dtype=tf.int32)

@@ -22,6 +22,7 @@ import tensorflow as tf
 from tf_transformer.config import DecodingConfig
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
+from tf_transformer.decoding import shortlist as shortlist_lib
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.beam_search import tile_beams
@@ -95,7 +96,7 @@ class DecodingOptions(DecodingConfig):
 
 
 def decode(model, source_ids, options=DecodingOptions(), *, prefix=None,
-           step_weights=None):
+           step_weights=None, shortlist=None):
   """The one search entry.
 
   Args:
@@ -106,22 +107,40 @@ def decode(model, source_ids, options=DecodingOptions(), *, prefix=None,
     step_weights: the decoding step's weights (`step.Step.prepare`, an
       export's stored copy); by default prepared from the model at each
       call.
+    shortlist: a `shortlist.Shortlist`: each search (each part's, with
+      `parts`) decodes over its sources' shortlist, scores normalized there.
+      Not with `xla` (its size varies by request).
   Returns:
     (ids [batch, nbest, length], scores [batch, nbest]), best first, PAD
     after each output.
   """
+  if options.xla and shortlist is not None:
+    raise ValueError("a shortlist with xla=True: the shortlist's size "
+                     "varies by request, which XLA would compile anew; "
+                     "choose one")
   if options.xla:
     return _in_buckets(model, source_ids, options, prefix, step_weights)
   if options.parts > 1:
-    return _in_parts(model, source_ids, options, prefix, step_weights)
-  return _search(model, source_ids, options, prefix, step_weights)
+    return _in_parts(model, source_ids, options, prefix, step_weights,
+                     shortlist)
+  return _search(model, source_ids, options, prefix, step_weights,
+                 shortlist=shortlist)
 
 
 def _search(model, source_ids, options, prefix=None, step_weights=None,
-            max_length=None):
+            max_length=None, shortlist=None):
   """`decode` in one loop. `max_length` (at least every sentence's limit)
   fixes the buffers' length and makes every shape static, as XLA needs;
   the ids then have `max_length` columns."""
+  if shortlist is not None:
+    vocab = shortlist_lib.vocabulary(shortlist, source_ids, prefix)
+    weights = step_lib.read(step_of(model), step_weights, tf.shape(
+        source_ids)[1] + options.max_decode_length_offset)
+    ids, scores = _search(
+        model, source_ids, options,
+        prefix and shortlist_lib.to_shortlist(prefix, vocab),
+        shortlist_lib.restrict(weights, vocab), max_length)
+    return tf.gather(vocab, ids), scores
   if options.method == "beam":
     return _beam(model, source_ids, options, max_length, step_weights, prefix)
   n = options.nbest
@@ -225,7 +244,8 @@ def _next_power_of_2(n):
   return n + 1
 
 
-def _in_parts(model, source_ids, options, prefix, step_weights):
+def _in_parts(model, source_ids, options, prefix, step_weights,
+              shortlist=None):
   """`decode`, with the batch sorted by source length and dealt into
   `options.parts` slices round-robin (sentences 0, N, 2N... of the sorted
   batch to the first, 1, N+1... to the second), decoded by independent
@@ -252,7 +272,7 @@ def _in_parts(model, source_ids, options, prefix, step_weights):
     results.append(tf.cond(
         tf.size(part_ids) > 0,
         lambda ids=part_ids, forced=part_prefix: _search(
-            model, ids, options, forced, step_weights),
+            model, ids, options, forced, step_weights, shortlist=shortlist),
         lambda: (tf.zeros([0, options.nbest, 1], tf.int32),
                  tf.zeros([0, options.nbest]))))
   longest = tf.reduce_max([tf.shape(ids)[2] for ids, _ in results])

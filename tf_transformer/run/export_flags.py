@@ -25,6 +25,7 @@ def define_flags():
                       "folder is added.")
   translator_flags.define_decoding_flags()
   translator_flags.define_ensemble_flag()
+  translator_flags.define_shortlist_flag()
   flags.DEFINE_integer("max_input_tokens", 256, "Longer inputs are cut.")
   flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
                     "saved_model: for TensorFlow Serving; ctranslate2: for "
@@ -51,6 +52,10 @@ def define_flags():
                     "subwords (docs/serving.md).")
   flags.mark_flags_as_required(["model_dir", "export_dir"])
   flags.register_multi_flags_validator(
+      ["xla", "shortlist"], lambda f: not (f["xla"] and f["shortlist"]),
+      "--xla with --shortlist: a shortlist's size varies by request, which "
+      "XLA would compile anew; choose one")
+  flags.register_multi_flags_validator(
       ["xla", "decode_parts"],
       lambda f: not (f["xla"] and f["decode_parts"] > 1),
       "--xla with --decode_parts > 1: XLA would compile the parts anew for "
@@ -63,5 +68,6 @@ def export_arguments(values=None) -> dict:
   values = values or flags.FLAGS
   arguments = {name: values[name].value for name in EXPORT_ARGUMENTS}
   arguments["ensemble"] = values.model_dir[1:]
+  arguments["shortlist"] = translator_flags.shortlist(values)
   arguments.update(translator_flags.decoding_overrides(values))
   return arguments

@@ -6,7 +6,9 @@ into an ensemble of their models."""
 
 import os
 
+from tf_transformer.data import shortlist_table
 from tf_transformer.decoding import ensemble as ensemble_lib
+from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
@@ -67,9 +69,25 @@ def _ensemble(paths, checkpoint, average):
   return ensemble_lib.Ensemble(members, average), vocabulary
 
 
+def load_shortlist(model_dir, vocabulary, k, n) -> Shortlist:
+  """The `Shortlist` of MODEL_DIR's table (`data/shortlist_table.py`): K
+  candidates a source piece, the N most frequent pieces. Raises DataError
+  naming the file, ValueError where the table holds fewer."""
+  table = shortlist_table.load(model_dir, vocabulary)
+  return Shortlist(*table.cut(k, n))
+
+
 def translation_module(model_dir, checkpoint=None,
-                       ensemble_average="log_probs", **options):
+                       ensemble_average="log_probs", shortlist=None,
+                       **options):
   """The `TranslationModule` of `trained(model_dir, checkpoint,
-  ensemble_average, **options)`."""
-  return TranslationModule(*trained(model_dir, checkpoint, ensemble_average,
-                                    **options))
+  ensemble_average, **options)`, searching over `shortlist` (K, N) of the
+  (first) run's table where given."""
+  model, vocabulary, decoding = trained(model_dir, checkpoint,
+                                        ensemble_average, **options)
+  if shortlist:
+    first = model_dir if isinstance(model_dir, str) else model_dir[0]
+    if not os.path.exists(os.path.join(first, run_dir.CONFIG)):
+      first = os.path.dirname(first.rstrip("/"))  # RUN/ckpt-N
+    shortlist = load_shortlist(first, vocabulary, *shortlist)
+  return TranslationModule(model, vocabulary, decoding, shortlist=shortlist)

@@ -20,12 +20,15 @@ from absl import logging
 
 from tf_transformer import config as config_lib
 from tf_transformer import evaluation
+from tf_transformer.progress import Progress
 from tf_transformer.data import prepare as prepare_lib
+from tf_transformer.data import shortlist_table
 from tf_transformer.data import sources
 from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import ensemble as ensemble_lib
+from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.serving.translator import Translator
@@ -303,7 +306,8 @@ class Runner:
   def export(self, export_dir, checkpoint=None, format="saved_model",  # pylint: disable=redefined-builtin
              max_input_tokens=256, xla=False, decode_parts=1,
              quantization=None, dtype="float32", on_stage=None,
-             ensemble=(), ensemble_average="log_probs", **decoding) -> str:
+             ensemble=(), ensemble_average="log_probs", shortlist=None,
+             **decoding) -> str:
     """Exports `checkpoint` (default: the newest) as the next SavedModel
     version of `export_dir`, its weights and matmuls in `dtype` ("float32"
     or "bfloat16"), or with format="ctranslate2" as a CTranslate2 model
@@ -312,7 +316,11 @@ class Runner:
     one ensemble (`decoding/ensemble.py`, combined by `ensemble_average`),
     in one SavedModel with the same signatures. `decoding`: DecodingOptions
     fields (None keeps the config's); `on_stage(text)` hears of each stage
-    and warning. Raises ValueError naming a bad option, FileNotFoundError,
+    and warning. `shortlist` (K, N): every search decodes over its
+    request's shortlist of the run's table (`build_shortlist`), K
+    candidates a source piece and the N most frequent pieces; a
+    CTranslate2 export gets the same table as its `vmap`. Raises ValueError
+    naming a bad option, DataError (no table), FileNotFoundError,
     ImportError (CTranslate2 not installed)."""
     on_stage = on_stage or (lambda text: None)
     if ensemble and format != "saved_model":
@@ -329,11 +337,17 @@ class Runner:
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
                        "(CTranslate2 stores its types by --quantization)")
+    if shortlist and xla:
+      raise ValueError("--shortlist with --xla: a shortlist's size varies "
+                       "by request, which XLA would compile anew; choose one")
     if checkpoint == "best" and not ensemble:
       checkpoint = best_lib.best_checkpoint(self.model_dir)
     model, vocabulary, options = loading.trained(
         [self.model_dir, *ensemble], checkpoint, ensemble_average,
         **decoding)
+    if shortlist:
+      shortlist = loading.load_shortlist(self.model_dir, vocabulary,
+                                         *shortlist)
     on_stage(f"restored the weights of {checkpoint or self.model_dir}"
              + "".join(f" and {path}" for path in ensemble))
     if dtype == "bfloat16":
@@ -346,16 +360,31 @@ class Runner:
         on_stage(f"warning: {warning}")
     if format == "ctranslate2":
       path = ct2_export.export(model, vocabulary, export_dir, options,
-                               max_input_tokens, quantization)
+                               max_input_tokens, quantization, shortlist)
       on_stage(f"wrote the CTranslate2 model {path}")
       return path
     module = TranslationModule(model, vocabulary, options, max_input_tokens,
-                               xla=xla, decode_parts=decode_parts)
+                               xla=xla, decode_parts=decode_parts,
+                               shortlist=shortlist)
     on_stage(f"tracing the {options.method} search into its signatures and "
              f"writing the next version of {export_dir} ...")
     path = export_lib.export(module, export_dir)
     on_stage(f"wrote {path}")
     return path
+
+  def build_shortlist(self, k_max=50, n_max=1000, max_pairs=1_000_000):
+    """Counts the run's training pairs (their token arrays, tokenized now
+    where preparation or training left none) into its shortlist table,
+    `data/shortlist_table.py`, and writes it; returns (table, path)."""
+    spec = run_dir.load_spec(self.model_dir)
+    vocabulary = vocabulary_lib.Vocabulary.load(self.model_dir)
+    stores = [store for store, _ in token_store.open_training(
+        self.model_dir, spec, vocabulary)]
+    with Progress("counted", min(max_pairs, sum(
+        store.num_pairs for store in stores)), "pairs") as progress:
+      table = shortlist_table.build(stores, vocabulary, k_max, n_max,
+                                    max_pairs, progress)
+    return table, shortlist_table.save(table, self.model_dir)
 
   def dev_scores(self, checkpoint=None, decoding="greedy",
                  max_sentences=0) -> dict:
@@ -377,23 +406,25 @@ class Runner:
 
 
 def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
-                    **decoding) -> Translator:
+                    shortlist=None, **decoding) -> Translator:
   """A translator over an export (`model`: a SavedModel version or a
   CTranslate2 directory) or over a run (`model_dir`; a list of several
   runs or checkpoints decodes as their ensemble, combined by
   `ensemble_average`), exactly one of them. `decoding` (DecodingOptions
-  fields; None = the config's) applies to a run only: an export's search is
-  fixed. Raises ValueError."""
+  fields; None = the config's) and `shortlist` (K, N: `Runner.export`'s)
+  apply to a run only: an export's search is fixed. Raises ValueError,
+  DataError (no shortlist table)."""
   if bool(model) == bool(model_dir):
     raise ValueError("pass exactly one of model and model_dir")
   if model:
-    given = [name for name, value in decoding.items() if value is not None]
+    given = [name for name, value in dict(decoding, shortlist=shortlist)
+             .items() if value is not None]
     if given:
       raise ValueError(f"{', '.join(given)}: the decoding is fixed in an "
                        "export; re-export, or use the run")
     return Translator.from_export(model)
   return Translator.from_module(loading.translation_module(
-      model_dir, None, ensemble_average, **decoding))
+      model_dir, None, ensemble_average, shortlist=shortlist, **decoding))
 
 
 def open_scorer(model) -> Scorer:

@@ -3,6 +3,7 @@
 from absl import app
 from absl import flags
 
+from tf_transformer.data.errors import DataError
 from tf_transformer.decoding.ensemble import AVERAGES
 from tf_transformer.decoding.search import METHODS
 from tf_transformer.serving.translator import Translator
@@ -46,6 +47,36 @@ def decoding_overrides(values=None) -> dict:
   return overrides
 
 
+def define_shortlist_flag():
+  """--shortlist=K,N: search over a vocabulary shortlist of the run's
+  table (bin/build_shortlist.py)."""
+  flags.DEFINE_string(
+      "shortlist", None, "K,N (e.g. 20,300): every search decodes over its "
+      "batch's shortlist, the K best target pieces of each source piece in "
+      "the run's table (bin/build_shortlist.py) and the N most frequent, "
+      "scores normalized there (docs/serving.md). Default: the whole "
+      "vocabulary.")
+  flags.register_validator(
+      "shortlist", lambda value: value is None or _k_n(value) is not None,
+      "--shortlist: expected K,N, two integers >= 0 with K + N > 0, e.g. "
+      "--shortlist=20,300")
+
+
+def _k_n(value):
+  """(K, N) of a --shortlist value, or None where it is not one."""
+  parts = value.split(",")
+  if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    return None
+  k, n = (int(p) for p in parts)
+  return (k, n) if k + n > 0 else None
+
+
+def shortlist(values=None):
+  """--shortlist as (K, N), or None."""
+  value = (values or flags.FLAGS).shortlist
+  return None if value is None else _k_n(value)
+
+
 def define_flags():
   flags.DEFINE_string("model", None, "An export: a SavedModel version "
                       "(NAME/VERSION) or a CTranslate2 directory; told apart "
@@ -65,6 +96,7 @@ def define_flags():
                        "of --batch_size in input order.", lower_bound=0)
   define_decoding_flags()
   define_ensemble_flag()
+  define_shortlist_flag()
 
 
 def define_ensemble_flag():
@@ -92,14 +124,16 @@ def make_translator(values=None) -> Translator:
     raise app.UsageError("pass exactly one of --model and --model_dir")
   given = [f"--{name}" for name in DECODING_FLAGS
            if values[name].value is not None]
-  if values["ensemble_average"].present:
-    given.append("--ensemble_average")
+  for name in ("ensemble_average", "shortlist"):
+    if values[name].present:
+      given.append(f"--{name}")
   if values.model and given:
     raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
                          "export; re-export, or use --model_dir")
   try:
     return runner.open_translator(values.model, values.model_dir,
                                   values.ensemble_average,
+                                  shortlist(values),
                                   **decoding_overrides(values))
-  except ValueError as e:
+  except (ValueError, DataError) as e:
     raise app.UsageError(str(e)) from e

@@ -36,7 +36,9 @@ import shutil
 import numpy as np
 import sentencepiece as spm
 
+from tf_transformer.data import shortlist_table
 from tf_transformer.serving.ct2_runtime import DECODING_FILE
+from tf_transformer.serving.ct2_runtime import VMAP_FILE
 from tf_transformer.serving.ct2_runtime import import_ctranslate2
 from tf_transformer.layers.embedding import sinusoid_table
 from tf_transformer.special_ids import BOS_ID, EOS_ID, UNK_ID
@@ -144,11 +146,13 @@ def build_spec(model, vocabulary):
 
 
 def export(model, vocabulary, output_dir, options, max_input_tokens=256,
-           quantization=None) -> str:
+           quantization=None, shortlist=None) -> str:
   """Writes the CTranslate2 directory `output_dir` (replacing one that is
   there); returns its path. `quantization`: CTranslate2's weight type
   ("int8", "float16", ...); None keeps float32, which CTranslate2 can still
-  run as int8 by `compute_type`."""
+  run as int8 by `compute_type`. `shortlist`: a `shortlist.Shortlist` of
+  arrays, written as CTranslate2's vocabulary map (`vmap.txt`), which the
+  runtime then uses (`use_vmap`)."""
   spec = build_spec(model, vocabulary)
   spec.validate()
   spec.optimize(quantization=quantization)
@@ -157,6 +161,10 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
   os.makedirs(tmp)
   spec.save(tmp)
   vocabulary.save(tmp)
+  if shortlist is not None:
+    with open(os.path.join(tmp, VMAP_FILE), "w", encoding="utf-8") as f:
+      f.writelines(line + "\n" for line in shortlist_table.vmap_lines(
+          *shortlist, sentencepiece_pieces(vocabulary.model_proto)))
   with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
     json.dump({"decoding": dataclasses.asdict(options),
                "max_input_tokens": max_input_tokens}, f, indent=2)

@@ -51,6 +51,7 @@ from tf_transformer.decoding.search import DecodingOptions
 
 DECODING_FILE = "tf_transformer.json"
 MODEL_FILE = "model.bin"  # what tells a CTranslate2 directory apart
+VMAP_FILE = "vmap.txt"  # CTranslate2's name for a vocabulary map
 PATIENCE = 2  # see the module docstring
 
 
@@ -100,6 +101,8 @@ class CT2Decoder:
     self.translator = ctranslate2.Translator(
         path, device="cpu", compute_type=compute_type,
         intra_threads=intra_threads)
+    # An export with --shortlist: its table as CTranslate2's vocabulary map.
+    self.use_vmap = os.path.exists(os.path.join(path, VMAP_FILE))
 
   def pieces(self, texts):
     """The source pieces CTranslate2 is given.
@@ -143,7 +146,8 @@ class CT2Decoder:
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
                   max_input_length=0, length_penalty=o.length_penalty_alpha,
                   min_decoding_length=0,  # see the module docstring
-                  max_decoding_length=self.output_limit(sources))
+                  max_decoding_length=self.output_limit(sources),
+                  use_vmap=self.use_vmap)
     if o.method == "beam":
       # Every hypothesis it finishes, to be ranked by ours.
       kwargs.update(beam_size=o.beam_size, patience=PATIENCE,

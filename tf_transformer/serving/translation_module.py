@@ -22,7 +22,8 @@ Functions (each a `tf.function` with an input signature):
   (cut to the output limit) and the same search completes it
   (`decoding/prefix.py`); an empty prefix gives the plain translation;
 - `score`: source [batch], target [batch] strings -> log_prob [batch] (log
-  P(target | source), natural log, teacher forced, no length penalty),
+  P(target | source), natural log, teacher forced, no length penalty, over
+  the whole vocabulary even where the searches use a shortlist),
   token_log_probs [batch, T] (each target subword's and the EOS's, 0 as
   padding) and lengths [batch] (`decoding/scoring.py`); targets are cut to
   `max_input_tokens` + `max_decode_length_offset` subwords, the longest
@@ -62,6 +63,7 @@ from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.ensemble import without_xla_attention
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
+from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.special_ids import PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -82,11 +84,18 @@ class TranslationModule(tf.Module):
     xla: the search compiled by XLA on padded buckets (export --xla).
     decode_parts: independent searches a request is dealt into
       (export --decode_parts).
+    shortlist: a `shortlist.Shortlist` of arrays (export --shortlist):
+      every search decodes over its request's shortlist; kept as the
+      export's variables. `score` stays over the whole vocabulary.
   """
 
   def __init__(self, model, vocabulary, options=DecodingOptions(),
-               max_input_tokens=256, xla=False, decode_parts=1):
+               max_input_tokens=256, xla=False, decode_parts=1,
+               shortlist=None):
     super().__init__()
+    if xla and shortlist is not None:
+      raise ValueError("--shortlist with --xla: a shortlist's size varies "
+                       "by request, which XLA would compile anew; choose one")
     model = without_xla_attention(model)
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
@@ -111,6 +120,8 @@ class TranslationModule(tf.Module):
     self.step_weights = tf.nest.map_structure(
         lambda w: None if w is None else tf.Variable(w, trainable=False),
         step_of(model).prepare(self.max_output_tokens + 2))
+    self.shortlist = shortlist and Shortlist(
+        *[tf.Variable(x, trainable=False) for x in shortlist])
     # One function that every signature calls (saved once, not inlined in
     # each).
     self._search = tf.function(self._decode)
@@ -119,7 +130,7 @@ class TranslationModule(tf.Module):
     """`search.decode` with this module's options and stored weights: every
     signature's search, prefixed or not."""
     return decode(self.model, source_ids, self.options, prefix=prefix,
-                  step_weights=self.step_weights)
+                  step_weights=self.step_weights, shortlist=self.shortlist)
 
   def _encode(self, text):
     return sequences.source_ids(self.tokenizer, text,

@@ -1,0 +1,223 @@
+"""The vocabulary shortlist (`data/shortlist_table.py`,
+`decoding/shortlist.py`, export --shortlist): the table ranks by Dice
+co-occurrence; a search over a shortlist outputs only its pieces, scored
+by the model's probabilities renormalized over them; a shortlist of the
+whole vocabulary decodes exactly as no shortlist, in every mode."""
+
+import collections
+import dataclasses
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
+
+from tf_transformer.data import numbers
+from tf_transformer.data import sequences
+from tf_transformer.data import shortlist_table
+from tf_transformer.data import token_store
+from tf_transformer.data.errors import DataError
+from tf_transformer.decoding import prefix as prefix_lib
+from tf_transformer.decoding import shortlist as shortlist_lib
+from tf_transformer.decoding.beam_search import length_penalty
+from tf_transformer.decoding.ensemble import Ensemble
+from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.decoding.search import decode
+from tf_transformer.run import run_dir
+from tf_transformer.serving.translation_module import TranslationModule
+from tf_transformer.special_ids import PAD_ID
+from conftest import run_script
+import training_helpers
+
+SOURCES = [s for s, _ in numbers.generate({"test": 12}, seed=9)["test"]]
+_Vocabulary = collections.namedtuple("_Vocabulary", "vocab_size model_proto")
+
+
+@dataclasses.dataclass
+class _Store:
+  source: np.ndarray
+  target: np.ndarray
+  offsets: np.ndarray
+
+  @property
+  def num_pairs(self):
+    return len(self.offsets) - 1
+
+
+def _store(pairs):
+  lengths = np.array([[len(s), len(t)] for s, t in pairs])
+  offsets = np.concatenate([[[0, 0]], np.cumsum(lengths, 0)])
+  return _Store(np.concatenate([s for s, _ in pairs]).astype(np.uint16),
+                np.concatenate([t for _, t in pairs]).astype(np.uint16),
+                offsets)
+
+
+PAIRS = [([10, 11], [20, 21]), ([10, 12], [20, 22]), ([11], [21, 4]),
+         ([12, 12], [22, 4])]
+
+
+def test_the_table_ranks_target_pieces_by_dice_then_count_then_id():
+  table = shortlist_table.build([_store(PAIRS)], _Vocabulary(30, b"v"),
+                                k_max=4, n_max=3)
+  # dice(10, 20) = 2 * 2 / (2 + 2) = 1; (10, 21) and (10, 22) 0.5 each.
+  assert table.candidates[10].tolist() == [20, 21, 22, -1]
+  assert table.candidates[11].tolist() == [21, 4, 20, -1]
+  # A piece twice in one source counts once a pair.
+  assert table.candidates[12].tolist() == [22, 4, 20, -1]
+  assert (table.candidates[13] == -1).all()
+  assert table.frequent.tolist() == [4, 20, 21]  # 2 tokens each: by id
+  assert table.pairs == 4
+
+
+def test_chunks_and_corpora_count_as_one(monkeypatch):
+  whole = shortlist_table.build([_store(PAIRS * 3)], _Vocabulary(30, b"v"))
+  monkeypatch.setattr(shortlist_table, "PAIRS_A_CHUNK", 3)
+  split = shortlist_table.build([_store(PAIRS * 2), _store(PAIRS)],
+                                _Vocabulary(30, b"v"))
+  np.testing.assert_array_equal(whole.candidates, split.candidates)
+  np.testing.assert_array_equal(whole.frequent, split.frequent)
+  # max_pairs takes every other pair of 12: each of the 4 kinds once or
+  # twice, so the same ranking.
+  sampled = shortlist_table.build([_store(PAIRS * 3)], _Vocabulary(30, b"v"),
+                                  max_pairs=6)
+  assert sampled.pairs == 6
+
+
+def test_a_table_of_another_vocabulary_or_none_is_refused_by_name(tmp_path):
+  vocab = training_helpers.vocabulary()
+  with pytest.raises(DataError, match="no shortlist table.*build_shortlist"):
+    shortlist_table.load(str(tmp_path), vocab)
+  table = shortlist_table.build([_store(PAIRS)], _Vocabulary(
+      vocab.vocab_size, b"another"))
+  shortlist_table.save(table, str(tmp_path))
+  with pytest.raises(DataError, match="another vocabulary"):
+    shortlist_table.load(str(tmp_path), vocab)
+  with pytest.raises(ValueError, match="holds 50 candidates"):
+    table.cut(60, 10)
+
+
+@pytest.fixture(scope="module")
+def run(trained_numbers_run):
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  stores = [store for store, _ in token_store.open_training(
+      str(trained_numbers_run), training_helpers.SPEC, vocab)]
+  return model, vocab, shortlist_table.build(stores, vocab, k_max=8,
+                                             n_max=20)
+
+
+def _source_ids(vocab, texts=SOURCES):
+  return sequences.source_ids(vocab.make_tokenizer(),
+                              tf.constant(texts), 24).to_tensor()
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_outputs_lie_in_the_shortlist_scored_over_it(run, method):
+  model, vocab, table = run
+  shortlist = shortlist_lib.Shortlist(*table.cut(2, 5))
+  source_ids = _source_ids(vocab)
+  options = DecodingOptions(method=method, max_decode_length_offset=10)
+  ids, scores = decode(model, source_ids, options, shortlist=shortlist)
+  allowed = shortlist_lib.vocabulary(shortlist, source_ids).numpy()
+  assert len(allowed) < vocab.vocab_size
+  best = ids[:, 0].numpy()
+  assert np.isin(best, allowed).all()
+  # Each score: the model's teacher-forced log-probabilities renormalized
+  # over the shortlist, summed, over the length penalty.
+  target = tf.RaggedTensor.from_tensor(best, padding=PAD_ID)
+  logits = model((source_ids, sequences.decoder_input(target.to_tensor())))
+  log_probs = tf.nn.log_softmax(tf.gather(logits, allowed, axis=-1))
+  local = np.searchsorted(allowed, target.to_tensor().numpy())
+  picked = tf.gather(log_probs, local, batch_dims=2)
+  mask = tf.sequence_mask(target.row_lengths(), tf.shape(local)[1])
+  total = tf.reduce_sum(tf.where(mask, picked, 0.0), 1)
+  penalty = length_penalty(target.row_lengths(), options.length_penalty_alpha)
+  np.testing.assert_allclose(scores[:, 0], total / penalty, atol=1e-4)
+  # Over fewer pieces, the same hypothesis scores at least as well.
+  full = decode(model, source_ids, options)[1][:, 0]
+  assert np.mean(scores[:, 0]) >= np.mean(full) - 1e-4
+
+
+def _whole_vocabulary(vocab):
+  return shortlist_lib.Shortlist(np.full([vocab.vocab_size, 1], -1, np.int32),
+                                 np.arange(vocab.vocab_size, dtype=np.int32))
+
+
+@pytest.mark.parametrize("mode", ["beam", "nbest", "greedy", "sample",
+                                  "parts", "prefix", "ensemble"])
+def test_a_shortlist_of_every_piece_decodes_as_none(run, mode):
+  model, vocab, _ = run
+  source_ids = _source_ids(vocab)
+  options = DecodingOptions(max_decode_length_offset=10)
+  kwargs = {}
+  if mode == "greedy":
+    options = dataclasses.replace(options, method="greedy")
+  elif mode == "nbest":
+    options = dataclasses.replace(options, beam_size=6)
+  elif mode == "sample":
+    options = dataclasses.replace(options, method="sample", num_samples=3,
+                                  seed=7)
+  elif mode == "parts":
+    options = dataclasses.replace(options, parts=2)
+  elif mode == "prefix":
+    kwargs["prefix"] = prefix_lib.Prefix(
+        tf.constant([[10, 11]] * len(SOURCES)),
+        tf.constant([2, 1, 0] * (len(SOURCES) // 3)))
+  elif mode == "ensemble":
+    model = Ensemble([model, model], "probs")
+  plain = decode(model, source_ids, options, **kwargs)
+  listed = decode(model, source_ids, options,
+                  shortlist=_whole_vocabulary(vocab), **kwargs)
+  np.testing.assert_array_equal(plain[0], listed[0])
+  np.testing.assert_allclose(plain[1], listed[1], atol=1e-5)
+
+
+def test_an_export_takes_the_shortlist_and_scores_stay_full(run, tmp_path):
+  model, vocab, table = run
+  shortlist = shortlist_lib.Shortlist(*table.cut(2, 5))
+  texts = tf.constant(SOURCES)
+  listed = TranslationModule(model, vocab, shortlist=shortlist)
+  plain = TranslationModule(model, vocab)
+  out = listed.nbest(texts)
+  ids = listed.source_ids(texts)["source_ids"]
+  allowed = shortlist_lib.vocabulary(shortlist, ids).numpy()
+  pieces = sequences.subwords(vocab.make_tokenizer(),
+                              out["translations"][:, 0])
+  assert np.isin(pieces.flat_values.numpy(), allowed).all()
+  np.testing.assert_array_equal(
+      listed.score(texts, out["translations"][:, 0])["log_prob"],
+      plain.score(texts, out["translations"][:, 0])["log_prob"])
+  with pytest.raises(ValueError, match="--shortlist with --xla"):
+    TranslationModule(model, vocab, shortlist=shortlist, xla=True)
+
+
+def test_build_export_and_translate_from_the_command_line(
+    trained_numbers_run, tmp_path):
+  """bin/build_shortlist.py, then bin/export.py and bin/translate.py
+  --shortlist, in fresh processes, as a user runs them; a run without a
+  table gets one line naming the command that builds it."""
+  run = tmp_path / "run"
+  shutil.copytree(trained_numbers_run, run)
+  run_dir.save(str(run), run_dir.load_config(str(run)), training_helpers.SPEC)
+  missing = run_script("export.py", f"--model_dir={run}",
+                       f"--export_dir={tmp_path}/none", "--shortlist=3,10")
+  assert missing.returncode == 1
+  assert "bin/build_shortlist.py" in missing.stderr
+  bad = run_script("export.py", f"--model_dir={run}",
+                   f"--export_dir={tmp_path}/none", "--shortlist=3")
+  assert bad.returncode != 0 and "expected K,N" in bad.stderr
+  built = run_script("build_shortlist.py", f"--model_dir={run}")
+  assert built.returncode == 0, built.stderr
+  assert os.path.exists(run / shortlist_table.FILENAME)
+  exported = run_script("export.py", f"--model_dir={run}",
+                        f"--export_dir={tmp_path}/listed", "--shortlist=3,10")
+  assert exported.returncode == 0, exported.stderr
+  text = "\n".join(SOURCES) + "\n"
+  through_export = run_script("translate.py", f"--model={tmp_path}/listed/1",
+                              input_text=text)
+  through_run = run_script("translate.py", f"--model_dir={run}",
+                           "--shortlist=3,10", input_text=text)
+  assert through_export.returncode == 0, through_export.stderr
+  assert through_export.stdout == through_run.stdout
+  assert len(through_export.stdout.splitlines()) == len(SOURCES)
