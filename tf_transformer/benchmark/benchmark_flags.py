@@ -29,6 +29,9 @@ def define_flags():
   flags.DEFINE_integer("profile_sentences", 10, "serving: one-sentence "
                        "requests profiled to count the kernels a decoding "
                        "step executes (0: none).", lower_bound=0)
+  flags.DEFINE_list("serving_shortlist", ["20", "300"], "serving: K,N of "
+                    "the *_shortlist and ct2_float32_vmap decoders (export "
+                    "--shortlist; the run's table is built where missing).")
   flags.DEFINE_integer("threads", 2, "serving: CPU threads of each decoder.")
   flags.DEFINE_list("serving_decoders", None, "serving: a subset of the "
                     "decoders (default: all).")

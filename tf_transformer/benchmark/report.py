@@ -141,15 +141,17 @@ def serving_section(o, report):
       tuple(o.serving_orders), tuple(o.serving_searches),
       tuple(o.serving_decoders or serving_speed.DECODERS), o.threads,
       o.runs, 1, o.latency_sentences, clients=o.clients,
-      profile_sentences=o.profile_sentences)
+      profile_sentences=o.profile_sentences,
+      shortlist=tuple(int(x) for x in o.serving_shortlist))
   results, options = serving_speed.measure(
       o.model_dir, settings, log=lambda m: print(m, flush=True))
   figures = serving_speed.summarize(
       results, settings, os.path.join(o.model_dir, "vocabulary.model"))
   base = serving_speed.BASELINE
   columns = ["search", "order", "decoder", "sentences_per_second",
-             f"sentences_per_second_vs_{base}", "output_tokens_per_second",
-             "bleu", "identical_to_ours"]
+             f"sentences_per_second_vs_{base}", "sentences_per_cpu_second",
+             f"sentences_per_cpu_second_vs_{base}",
+             "output_tokens_per_second", "bleu", "identical_to_ours"]
   _print_header(f"serving {len(sentences)} lines of {o.source}, batch "
                 f"{o.serving_batch_size}, {o.threads} threads (beam "
                 f"{options.beam_size}, alpha {options.length_penalty_alpha})",
@@ -177,6 +179,7 @@ def serving_section(o, report):
                        "sentences": len(sentences),
                        "decoding": dataclasses.asdict(options),
                        "ct2_patience": settings.ct2_patience,
+                       "shortlist": settings.shortlist,
                        "outputs": {search: {
                            name: result["orders"][o.serving_orders[0]][
                                "outputs"] for name, result in by.items()}

@@ -11,7 +11,9 @@ and the default float32 export rewritten to bfloat16 at load as TF Serving's
 `--mixed_precision=bfloat16` does (Grappler's
 auto_mixed_precision_onednn_bfloat16, the option that flag sets);
 CTranslate2 float32 and int8 (quantized at load) with its own beam search
-(beam, length penalty and limit as ours; its default patience of 1). At
+(beam, length penalty and limit as ours; its default patience of 1); the
+default and bfloat16 exports over the run's vocabulary shortlist (export
+--shortlist=K,N), and CTranslate2 float32 over the same table as its vmap. At
 --serving_batch_size in file order and length-sorted, one sentence at a
 time for latency (wall and CPU time), and from `clients` threads calling one
 loaded model at once, one sentence a call (TF Serving's concurrent
@@ -51,6 +53,9 @@ class Decoder:
   # Served with TF Serving's --mixed_precision=bfloat16: the float32 graph
   # rewritten to bfloat16 at load.
   server_bfloat16: bool = False
+  # Over the run's vocabulary shortlist (export --shortlist; CTranslate2's
+  # vmap of the same table).
+  shortlist: bool = False
 
 
 DECODERS = {d.name: d for d in (
@@ -62,8 +67,12 @@ DECODERS = {d.name: d for d in (
     Decoder("savedmodel_server_bfloat16", server_bfloat16=True),
     Decoder("savedmodel_xla", xla=True),
     Decoder("savedmodel_xla_no_onednn", xla=True, onednn=False),
+    Decoder("savedmodel_shortlist", shortlist=True),
+    Decoder("savedmodel_bfloat16_shortlist", dtype="bfloat16",
+            shortlist=True),
     Decoder("ct2_float32", "ctranslate2"),
     Decoder("ct2_int8", "ctranslate2", compute_type="int8"),
+    Decoder("ct2_float32_vmap", "ctranslate2", shortlist=True),
 )}
 BASELINE = "ct2_float32"  # every ratio is to this decoder
 OURS = "savedmodel"  # "identical" compares with this one
@@ -84,37 +93,60 @@ class Settings:
   ct2_patience: int = 1
   clients: int = 8  # concurrent callers; 0: no concurrency figures
   profile_sentences: int = 10  # one-sentence requests traced; 0: none
+  shortlist: tuple = (20, 300)  # K, N of export --shortlist
 
 
-def _exports(model_dir, directory, settings):
-  """{(search, xla, parallel, dtype): SavedModel path} and the CTranslate2
-  path."""
+def _key(decoder):
+  """What tells one decoder's export from another's."""
+  if decoder.kind == "ctranslate2":
+    return (decoder.shortlist,)
+  return decoder.xla, decoder.parallel, decoder.dtype, decoder.shortlist
+
+
+def _exports(model_dir, directory, settings, log):
+  """{(search, `_key`): SavedModel path}, {`_key`: CTranslate2 path} and
+  the decoding options. The run's shortlist table is built first where a
+  decoder needs it and the run has none."""
   # pylint: disable=g-import-not-at-top
+  from tf_transformer.data import shortlist_table
   from tf_transformer.serving.translation_module import TranslationModule
   from tf_transformer.model import with_dtype_policy
+  from tf_transformer.run import loading
   from tf_transformer.run import run_dir
+  from tf_transformer.run.runner import Runner
   from tf_transformer.serving import ct2_export
   from tf_transformer.serving import export as export_lib
   model, vocabulary = run_dir.load_trained_model(model_dir)
   models = {"float32": model}
   beam = DecodingOptions.from_config(model.config)
+  decoders = [DECODERS[d] for d in settings.decoders]
+  shortlist = None
+  if any(d.shortlist for d in decoders):
+    if not os.path.exists(os.path.join(model_dir, shortlist_table.FILENAME)):
+      log(f"building the shortlist table of {model_dir} ...")
+      Runner(model_dir).build_shortlist()
+    shortlist = loading.load_shortlist(model_dir, vocabulary,
+                                       *settings.shortlist)
   paths = {}
-  kinds = {(DECODERS[d].xla, DECODERS[d].parallel, DECODERS[d].dtype)
-           for d in settings.decoders if DECODERS[d].kind == "saved_model"}
   for search in settings.searches:
     options = DecodingOptions.from_config(model.config, method=search)
-    for xla, parallel, dtype in sorted(kinds):
+    for key in sorted({_key(d) for d in decoders
+                       if d.kind == "saved_model"}):
+      xla, parallel, dtype, listed = key
       if dtype not in models:
         models[dtype] = with_dtype_policy(model, dtype)
       module = TranslationModule(
           models[dtype], vocabulary, options, xla=xla,
-          decode_parts=settings.threads if parallel else 1)
-      paths[search, xla, parallel, dtype] = export_lib.export(
-          module, os.path.join(directory, f"{search}_xla{int(xla)}_"
-                               f"p{int(parallel)}_{dtype}"))
-  ct2_path = ct2_export.export(model, vocabulary,
-                               os.path.join(directory, "ct2"), beam)
-  return paths, ct2_path, beam
+          decode_parts=settings.threads if parallel else 1,
+          shortlist=shortlist if listed else None)
+      paths[search, key] = export_lib.export(module, os.path.join(
+          directory, f"{search}_xla{int(xla)}_p{int(parallel)}_{dtype}_"
+          f"shortlist{int(listed)}"))
+  for key in {_key(d) for d in decoders if d.kind == "ctranslate2"}:
+    paths[key] = ct2_export.export(
+        model, vocabulary, os.path.join(directory, f"ct2_{int(key[0])}"),
+        beam, shortlist=shortlist if key[0] else None)
+  return paths, beam
 
 
 def _ct2_search(search, options, patience):
@@ -145,7 +177,7 @@ def measure(model_dir, settings: Settings, log=print):
   """{search: {decoder: worker result}} and the decoding options."""
   with tempfile.TemporaryDirectory() as directory:
     log(f"exporting {model_dir} ...")
-    paths, ct2_path, options = _exports(model_dir, directory, settings)
+    paths, options = _exports(model_dir, directory, settings, log)
     results = {}
     for search in settings.searches:
       for name in settings.decoders:
@@ -160,16 +192,17 @@ def measure(model_dir, settings: Settings, log=print):
             clients=settings.clients,
             profile_sentences=settings.profile_sentences)
         if decoder.kind == "saved_model":
-          request["model"] = paths[search, decoder.xla, decoder.parallel,
-                                   decoder.dtype]
+          request["model"] = paths[search, _key(decoder)]
           env = {"TF_ENABLE_ONEDNN_OPTS": str(int(decoder.onednn))}
           if decoder.server_bfloat16:
             request["grappler"] = {
                 "auto_mixed_precision_onednn_bfloat16": True}
         else:
-          request.update(model=ct2_path, compute_type=decoder.compute_type,
-                         search=_ct2_search(search, options,
-                                            settings.ct2_patience))
+          request.update(model=paths[_key(decoder)],
+                         compute_type=decoder.compute_type,
+                         search=dict(_ct2_search(search, options,
+                                                 settings.ct2_patience),
+                                     use_vmap=decoder.shortlist))
           env = {}
         log(f"{search}: {name} ...")
         results.setdefault(search, {})[name] = _run_worker(request, env)
@@ -197,6 +230,8 @@ def summarize(results, settings: Settings, vocabulary_path):
         outputs = measured["outputs"]
         row = dict(search=search, order=order, decoder=name,
                    sentences_per_second=n / seconds,
+                   sentences_per_cpu_second=n / statistics.median(
+                       measured["cpu_seconds"]),
                    output_tokens_per_second=_count_tokens(
                        processor, outputs) / seconds,
                    seconds=measured["seconds"])
@@ -211,6 +246,7 @@ def summarize(results, settings: Settings, vocabulary_path):
               outputs, [settings.references]).score
         rows.append(row)
       _add_ratios(rows, "sentences_per_second")
+      _add_ratios(rows, "sentences_per_cpu_second")
       throughput += rows
     latency += _latency_rows(search, by_decoder)
     concurrency += _concurrency_rows(search, by_decoder)

@@ -67,7 +67,8 @@ def _ctranslate2(request, inter_threads=1):
 
 
 def _passes(translate, sentences, batch_size, order, runs, warmup):
-  """Seconds of each timed pass over `sentences` and the outputs, in file
+  """Seconds and CPU-seconds of each timed pass over `sentences` and the
+  outputs, in file
   order; `order` "sorted" batches the sentences by length (and puts the
   outputs back)."""
   indices = list(range(len(sentences)))
@@ -78,14 +79,15 @@ def _passes(translate, sentences, batch_size, order, runs, warmup):
              for i in range(0, len(indices), batch_size)]
   for _ in range(warmup):
     translate([sentences[i] for i in batches[0]])
-  seconds, outputs = [], [None] * len(sentences)
+  seconds, cpu_seconds, outputs = [], [], [None] * len(sentences)
   for _ in range(runs):
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for batch in batches:
       for i, text in zip(batch, translate([sentences[i] for i in batch])):
         outputs[i] = text
     seconds.append(time.perf_counter() - start)
-  return seconds, outputs
+    cpu_seconds.append(time.process_time() - cpu_start)
+  return seconds, cpu_seconds, outputs
 
 
 def _latency(translate, sentences, warmup):
@@ -169,9 +171,11 @@ def main(path):
         translate, sentences[:request["profile_sentences"]],
         request["batch_size"])
   for order in request["orders"]:
-    seconds, outputs = _passes(translate, sentences, request["batch_size"],
-                               order, request["runs"], request["warmup"])
-    result["orders"][order] = {"seconds": seconds, "outputs": outputs}
+    seconds, cpu_seconds, outputs = _passes(
+        translate, sentences, request["batch_size"], order, request["runs"],
+        request["warmup"])
+    result["orders"][order] = {"seconds": seconds, "cpu_seconds": cpu_seconds,
+                               "outputs": outputs}
   latency_sentences = sentences[:request["latency_sentences"]]
   if latency_sentences:
     result["latency_seconds"], result["latency_cpu_seconds"] = _latency(
