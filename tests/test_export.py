@@ -185,6 +185,11 @@ def test_attention_signature_gives_tokens_and_distributions(exported):
     assert np.all(cross[..., len(source):] == 0)
     decoder = out["decoder_self"][row].numpy()
     assert np.all(np.triu(decoder[0, 0], 1) == 0)  # causal
+    # Padding queries (the shorter sentence's rows) attend nowhere.
+    assert np.all(out["encoder_self"][row, :, :, len(source):].numpy() == 0)
+    assert np.all(out["encoder_decoder"][row, :, :, len(target):].numpy()
+                  == 0)
+    assert np.all(decoder[:, :, len(target):] == 0)
 
 
 @pytest.mark.parametrize("decoding,flags,width", [
@@ -386,6 +391,12 @@ def test_bfloat16_export_warns_only_where_the_cpu_lacks_bfloat16(
       str(without))
   assert "could not read" in export_lib.bfloat16_warning(
       str(tmp_path / "missing"))
+  # A float32 export names the bfloat16 instructions where the CPU has
+  # them, and says nothing where it has none.
+  note = export_lib.float32_note(str(with_bf16))
+  assert "AVX512_BF16" in note and "--dtype=bfloat16" in note
+  assert export_lib.float32_note(str(without)) is None
+  assert export_lib.float32_note(str(tmp_path / "missing")) is None
 
 
 def test_bfloat16_export_translates_like_float32(trained_numbers_run,

@@ -358,6 +358,8 @@ class Runner:
       warning = export_lib.bfloat16_warning()
       if warning:
         on_stage(f"warning: {warning}")
+    elif format == "saved_model" and export_lib.float32_note():
+      on_stage(f"note: {export_lib.float32_note()}")
     if format == "ctranslate2":
       path = ct2_export.export(model, vocabulary, export_dir, options,
                                max_input_tokens, quantization, shortlist)

@@ -22,7 +22,8 @@ its weights in bfloat16 and multiplies in bfloat16; the signatures and their
 float32 scores are the same. It is fast only where the serving CPU has
 bfloat16 instructions (AVX512_BF16 or AMX; every current GPU has bfloat16):
 elsewhere TensorFlow emulates them, slower than float32, and
-`bfloat16_warning` says so.
+`bfloat16_warning` says so; `float32_note` says where a float32 export's
+CPU has them.
 """
 
 import os
@@ -46,13 +47,20 @@ def next_version_dir(export_dir):
   return os.path.join(export_dir, str(max(versions, default=0) + 1))
 
 
+def _cpu_flags(cpuinfo):
+  """The CPU's /proc/cpuinfo flags, or None where unreadable."""
+  try:
+    with open(cpuinfo, encoding="utf-8") as f:
+      return set(f.read().split())
+  except OSError:
+    return None
+
+
 def bfloat16_warning(cpuinfo="/proc/cpuinfo"):
   """None where this CPU multiplies bfloat16 natively, else one line that
   says it does not (or could not be checked)."""
-  try:
-    with open(cpuinfo, encoding="utf-8") as f:
-      flags = set(f.read().split())
-  except OSError:
+  flags = _cpu_flags(cpuinfo)
+  if flags is None:
     return (f"could not read {cpuinfo} to check this CPU for bfloat16 "
             "instructions (AVX512_BF16, AMX): without them bfloat16 is "
             "emulated, slower than float32")
@@ -61,6 +69,19 @@ def bfloat16_warning(cpuinfo="/proc/cpuinfo"):
   return ("this CPU has neither AVX512_BF16 nor AMX: a bfloat16 export is "
           "emulated here, slower than float32; serve it on a CPU that has "
           "them, or on a GPU")
+
+
+def float32_note(cpuinfo="/proc/cpuinfo"):
+  """For a float32 export: one line where this CPU multiplies bfloat16
+  natively (the --dtype=bfloat16 export may then serve faster), else
+  None."""
+  flags = _cpu_flags(cpuinfo) or set()
+  found = sorted(flags & set(BFLOAT16_CPU_FLAGS))
+  if not found:
+    return None
+  return (f"this CPU has {' and '.join(f.upper() for f in found)}: "
+          "--dtype=bfloat16 may serve faster here (measure both with "
+          "bin/benchmark.py --sections=serving; docs/serving.md#bfloat16)")
 
 
 def export(module: TranslationModule, export_dir: str) -> str:

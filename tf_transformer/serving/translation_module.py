@@ -49,7 +49,9 @@ each request as N slices at once, the length-sorted sentences dealt
 round-robin, for servers run with --tensorflow_intra_op_parallelism=1 and N
 inter-op threads. Both are `DecodingOptions` of the one `search.decode`
 (`xla`, `parts`), so they hold for every signature that searches, a target
-prefix's included.
+prefix's included. So does a `shortlist` (`decoding/shortlist.py`): every
+search then decodes over its request's vocabulary shortlist, scores
+normalized over it; `score` stays over the whole vocabulary.
 """
 
 import dataclasses
@@ -163,8 +165,15 @@ class TranslationModule(tf.Module):
       target_ids = _trim_padding(target_ids)
       attention = self.model.attention_weights(
           source_ids, sequences.decoder_input(target_ids))
-      stacked = tuple(tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
-                      for kind in ATTENTION_KINDS)
+      # Rows of padding queries are 0, as a lone request's absent rows are
+      # (TF Serving's batching pads a request to its batch's longest).
+      queries = {"encoder_self": source_ids, "decoder_self": target_ids,
+                 "encoder_decoder": target_ids}
+      stacked = tuple(
+          tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
+          * tf.cast(queries[kind] != PAD_ID, tf.float32)[
+              :, tf.newaxis, tf.newaxis, :, tf.newaxis]
+          for kind in ATTENTION_KINDS)
       return (self.tokenizer.detokenize(target_ids),
               self._pieces(source_ids), self._pieces(target_ids)) + stacked
     layers = self.model.config.model.num_layers
