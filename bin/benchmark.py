@@ -36,6 +36,11 @@ Sections (--sections):
   --decode_words + 1 tokens): a SavedModel exported like bin/export.py, beam 4 and greedy, at
   batch 1 and --decode_batch_size: sentences/s and output tokens/s; time per
   output token at steps 10, 50, 100; sentences/s for beams 1, 4, 8.
+- shortlist (a synthetic micro-benchmark: random weights and a random
+  table): beam 4 at --decode_batch_size over the whole vocabulary and over
+  a --serving_shortlist=K,N shortlist, timed in alternation, for each of
+  --shortlist_vocab_sizes (a --config model, base by default): how the
+  gain grows with the vocabulary. Not run by default.
 - input: the training data path on a corpus of --input_pairs pairs built
   from Multi30k's captions (two a line: WMT's lengths): bin/prepare_data.py's
   time and tokenization pairs/s a thread, bin/train.py's start to step 1,

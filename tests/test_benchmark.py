@@ -155,6 +155,7 @@ def test_serving_section_compares_exports_with_ctranslate2(
                                        "savedmodel_bfloat16", "ct2_float32")}
   for row in rows.values():
     assert len(row["seconds"]) == 2 and row["sentences_per_second"] > 0
+    assert row["sentences_per_cpu_second"] > 0
     assert row["output_tokens_per_second"] > row["sentences_per_second"]
     assert 0 <= row["bleu"] <= 100
   assert rows["file", "ct2_float32"]["sentences_per_second_vs_ct2_float32"] == 1
@@ -201,6 +202,26 @@ def test_serving_section_compares_exports_with_ctranslate2(
       assert {"_FusedMatMul", "_MklNativeFusedMatMul"} & executed, sorted(
           executed)
   assert "sentences_per_second_vs_ct2_float32" in result.stdout
+
+
+def test_shortlist_section_times_both_searches(tmp_path):
+  output = tmp_path / "shortlist.json"
+  result = run_script(
+      "benchmark.py", "--sections=shortlist", "--config=tiny",
+      "--shortlist_vocab_sizes=1000", "--serving_shortlist=3,20",
+      "--decode_batch_size=4", "--decode_words=3", "--runs=1",
+      f"--output={output}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  (row,) = json.loads(output.read_text())["shortlist"]["rows"]
+  assert row["full_sentences_per_sec"] > 0
+  assert row["shortlist_sentences_per_sec"] > 0
+  assert row["speedup"] == pytest.approx(
+      row["shortlist_sentences_per_sec"] / row["full_sentences_per_sec"])
+  # 4 special + 20 fixed pieces, and at most 3 for each distinct source
+  # piece of a batch (4 sentences of 3 one-piece words, their EOS, PAD).
+  assert 24 <= row["shortlist_pieces"] <= min(24 + 3 * (4 * 3 + 2),
+                                              row["vocab_size"])
+  assert "speedup" in result.stdout
 
 
 def test_serving_section_needs_a_model_and_text():

@@ -221,3 +221,38 @@ def test_build_export_and_translate_from_the_command_line(
   assert through_export.returncode == 0, through_export.stderr
   assert through_export.stdout == through_run.stdout
   assert len(through_export.stdout.splitlines()) == len(SOURCES)
+
+
+def test_ctranslate2_export_writes_the_table_as_its_vmap(
+    trained_numbers_run, run, tmp_path):
+  """The same cut table as CTranslate2's vocabulary map: the frequent pieces
+  under the empty source, each source piece's candidates; the runtime
+  decodes with it, outputs inside the batch's map."""
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  from tf_transformer.serving import ct2_runtime  # pylint: disable=g-import-not-at-top
+  _, vocab, table = run
+  directory = tmp_path / "run"
+  shutil.copytree(trained_numbers_run, directory)
+  shortlist_table.save(table, str(directory))
+  path = Runner(str(directory)).export(str(tmp_path / "ct2"),
+                                       format="ctranslate2",
+                                       shortlist=(2, 5))
+  lines = (tmp_path / "ct2" / ct2_runtime.VMAP_FILE).read_text(
+      encoding="utf-8").splitlines()
+  processor = vocab.make_tokenizer()
+  piece = lambda i: processor.id_to_string(i).numpy().decode()
+  assert lines[0] == "\t" + " ".join(piece(i) for i in table.frequent[:5])
+  rules = dict(line.split("\t") for line in lines[1:])
+  for source, targets in list(rules.items())[:20]:
+    row = table.candidates[processor.string_to_id(source).numpy()][:2]
+    assert targets.split() == [piece(i) for i in row if i >= 0]
+  decoder = ct2_runtime.CT2Decoder(path)
+  assert decoder.use_vmap
+  sources = decoder.pieces(SOURCES)
+  allowed = set(lines[0].split()) | {"<unk>", "<s>", "</s>"}
+  for pieces in sources:
+    allowed |= {t for p in pieces for t in rules.get(p, "").split()}
+  outputs = {p for result in decoder.translate_pieces(sources)
+             for hypothesis in result.hypotheses for p in hypothesis}
+  assert outputs and outputs <= allowed
+  assert len(allowed) < vocab.vocab_size

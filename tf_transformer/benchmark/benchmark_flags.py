@@ -2,7 +2,7 @@
 
 from absl import flags
 
-SECTIONS = ("train", "scaling", "decode", "serving", "input")
+SECTIONS = ("train", "scaling", "decode", "serving", "shortlist", "input")
 
 
 def define_flags():
@@ -32,6 +32,8 @@ def define_flags():
   flags.DEFINE_list("serving_shortlist", ["20", "300"], "serving: K,N of "
                     "the *_shortlist and ct2_float32_vmap decoders (export "
                     "--shortlist; the run's table is built where missing).")
+  flags.DEFINE_list("shortlist_vocab_sizes", ["8000", "37000"], "shortlist: "
+                    "vocabulary sizes of the synthetic shortlist section.")
   flags.DEFINE_integer("threads", 2, "serving: CPU threads of each decoder.")
   flags.DEFINE_list("serving_decoders", None, "serving: a subset of the "
                     "decoders (default: all).")

@@ -191,3 +191,52 @@ def beam_scaling(model, vocabulary, texts, beam_sizes=(1, 4, 8),
     results[f"beam_{k}"] = len(texts) / median_seconds(translate_all, runs,
                                                         warmup=1)
   return results
+
+
+def random_shortlist(vocab_size, k=20, n=300, seed=0):
+  """A `shortlist.Shortlist` of random candidates (k a piece) and the n
+  lowest non-special ids as the frequent ones: for a random-weights model,
+  where a table counted on text would mean nothing."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tf_transformer.decoding.shortlist import Shortlist  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  return Shortlist(
+      rng.integers(4, vocab_size, size=[vocab_size, k]).astype(np.int32),
+      np.arange(4, min(4 + n, vocab_size), dtype=np.int32))
+
+
+def shortlist_gain(model, vocabulary, texts, shortlist, batch_size=32,
+                   beam_size=4, max_length_offset=10, runs=3):
+  """Sentences/s of the whole vocabulary and of `shortlist`, same graph
+  code in-process, timed in alternation (one pass each, `runs` times), and
+  the shortlist's mean size a batch."""
+  from tf_transformer.decoding import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
+  options = DecodingOptions(beam_size=beam_size,
+                            max_decode_length_offset=max_length_offset)
+  batches = _batches(texts, batch_size)
+  modules = {"full": TranslationModule(model, vocabulary, options),
+             "shortlist": TranslationModule(model, vocabulary, options,
+                                            shortlist=shortlist)}
+
+  def translate_all(module):
+    for batch in batches:
+      module.serve(batch)["translation"].numpy()
+
+  seconds = {name: [] for name in modules}
+  for module in modules.values():
+    translate_all(module)  # tracing and warm-up, not timed
+  for _ in range(runs):
+    for name, module in modules.items():
+      start = time.perf_counter()
+      translate_all(module)
+      seconds[name].append(time.perf_counter() - start)
+  sizes = [int(tf.size(shortlist_lib.vocabulary(
+      shortlist, modules["full"].source_ids(batch)["source_ids"])))
+           for batch in batches]
+  rates = {name: len(texts) / statistics.median(s)
+           for name, s in seconds.items()}
+  return {"vocab_size": vocabulary.vocab_size,
+          "full_sentences_per_sec": rates["full"],
+          "shortlist_sentences_per_sec": rates["shortlist"],
+          "speedup": rates["shortlist"] / rates["full"],
+          "shortlist_pieces": statistics.mean(sizes)}

@@ -126,6 +126,36 @@ def decode_section(o, config, report):
                                "limit (source tokens + 1)"}
 
 
+def shortlist_section(o, config, report):
+  """The shortlist's gain against the vocabulary's size: random weights
+  and a random table (a synthetic micro-benchmark), outputs run to the
+  limit."""
+  # pylint: disable=g-import-not-at-top
+  import keras
+  from tf_transformer import build_model
+  from tf_transformer.benchmark import decoding_speed
+  k, n = (int(x) for x in o.serving_shortlist)
+  columns = ["vocab_size", "full_sentences_per_sec",
+             "shortlist_sentences_per_sec", "speedup", "shortlist_pieces"]
+  _print_header(f"vocabulary shortlist {k},{n} against the vocabulary "
+                "(synthetic: random weights and table; beam 4, batch "
+                f"{o.decode_batch_size})", columns)
+  rows = []
+  for size in o.shortlist_vocab_sizes:
+    vocabulary = decoding_speed.synthetic_vocabulary(int(size))
+    keras.utils.set_random_seed(o.model_seed)
+    model = build_model(config.replace(vocab_size=vocabulary.vocab_size))
+    texts = decoding_speed.sentences(vocabulary, 2 * o.decode_batch_size,
+                                     o.decode_words)
+    rows.append(decoding_speed.shortlist_gain(
+        model, vocabulary, texts, decoding_speed.random_shortlist(
+            vocabulary.vocab_size, k, n), o.decode_batch_size, runs=o.runs))
+    _print_rows(rows[-1:], columns)
+  report["shortlist"] = {"rows": rows, "shortlist": [k, n],
+                         "model": "random weights and table; outputs run "
+                                  "to the length limit (source + 10)"}
+
+
 def serving_section(o, report):
   # pylint: disable=g-import-not-at-top
   from tf_transformer.benchmark import serving_speed
@@ -260,6 +290,8 @@ def run(o) -> dict:
         f"{m['TF_ENABLE_ONEDNN_OPTS'] or 'unset'}")
   if "serving" in o.sections:
     serving_section(o, report)
+  if "shortlist" in o.sections:
+    shortlist_section(o, config, report)
   if "input" in o.sections:
     from tf_transformer.benchmark import input_speed
     report["input"] = input_speed.measure(o)

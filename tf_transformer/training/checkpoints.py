@@ -19,8 +19,9 @@ import tensorflow as tf
 from absl import logging
 
 # What a model directory holds besides checkpoints; copied by averaging.
+# (shortlist.npz: the run's vocabulary shortlist, bin/build_shortlist.py.)
 RUN_FILES = ("config.json", "vocabulary.model", "data_spec.json",
-             "data_stats.json")
+             "data_stats.json", "shortlist.npz")
 
 
 # TensorFlow logs this at INFO on every save; say what was saved instead.
