@@ -6,14 +6,16 @@ keras-hub's generic layer test (`TestCase.run_layer_test`) checks its own:
   tensor arguments named as Keras 3 names them, creates the same weights as
   building by a call;
 - a symbolic call (`KerasTensor`s) gives the eager call's shapes and dtypes;
-- a `model.fit` step compiled with XLA runs;
+- a call compiled with XLA (`tf.function(jit_compile=True)`, `jax.jit`)
+  gives the eager outputs, and a `model.fit` step compiled with XLA runs;
 - under "mixed_float16", "mixed_bfloat16" and "bfloat16" given as the
   layer's own `dtype`, every float output (eager and `compute_output_spec`)
   is in the compute dtype, every weight in the variable dtype, and every
   sublayer has the layer's policy.
 
 Written here rather than imported so that CI does not install keras-hub and
-its dependencies for one test class.
+its dependencies for one test class. Backend-neutral: `tests/test_backends.py`
+runs this file under JAX too.
 """
 
 import json
@@ -21,7 +23,6 @@ import json
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tf_transformer import layers
 
@@ -107,7 +108,7 @@ def _call(layer, inputs):
 
 
 def _shapes(outputs):
-  return tf.nest.map_structure(lambda t: tuple(t.shape), outputs)
+  return keras.tree.map_structure(lambda t: tuple(t.shape), outputs)
 
 
 def _is_float(dtype):
@@ -154,15 +155,33 @@ def test_build_with_keras_3_shape_names_makes_the_call_weights(name):
 @pytest.mark.parametrize("name", CASES)
 def test_symbolic_call_matches_eager(name):
   cls, kwargs, inputs, expected_shapes = CASES[name]
-  symbolic_inputs = tf.nest.map_structure(
+  symbolic_inputs = keras.tree.map_structure(
       lambda a: keras.KerasTensor(a.shape, a.dtype), inputs)
   symbolic = _call(cls(**kwargs), symbolic_inputs)
   eager = _call(cls(**kwargs), inputs)
   assert _shapes(symbolic) == _shapes(eager) == expected_shapes
   dtypes = lambda outputs: [keras.backend.standardize_dtype(t.dtype)
-                            for t in tf.nest.flatten(outputs)]
+                            for t in keras.tree.flatten(outputs)]
   assert dtypes(symbolic) == dtypes(eager)
   assert dtypes(eager)[0] == "float32"
+
+
+def _compiled_call(layer, inputs):
+  """The layer's call compiled by XLA as its backend does it."""
+  backend = keras.backend.backend()
+  if backend == "tensorflow":
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.function(lambda: _call(layer, inputs), jit_compile=True)()
+  if backend == "jax":
+    import jax  # pylint: disable=g-import-not-at-top
+    def stateless(trainable, non_trainable, inputs):
+      args = ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
+      return layer.stateless_call(trainable, non_trainable, *args[0],
+                                  **args[1])[0]
+    values = lambda variables: [v.value for v in variables]
+    return jax.jit(stateless)(values(layer.trainable_variables),
+                              values(layer.non_trainable_variables), inputs)
+  raise NotImplementedError(f"no XLA call for the {backend} backend")
 
 
 class LayerModel(keras.Model):
@@ -183,8 +202,8 @@ def test_jit_compiled_call_and_fit_step(name):
   cls, kwargs, inputs, _ = CASES[name]
   layer = cls(**kwargs)
   eager = _call(layer, inputs)
-  compiled = tf.function(lambda: _call(layer, inputs), jit_compile=True)()
-  tf.nest.map_structure(
+  compiled = _compiled_call(layer, inputs)
+  keras.tree.map_structure(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
       eager, compiled)
   if not layer.trainable_weights or name in NO_WEIGHTS_IN_CALL:
@@ -193,7 +212,7 @@ def test_jit_compiled_call_and_fit_step(name):
   model.compile(optimizer="sgd", loss="mse", jit_compile=True)
   before = [w.numpy() for w in layer.trainable_weights]
   # Targets away from the outputs, so that the step has a gradient.
-  targets = tf.nest.map_structure(lambda t: np.asarray(t) + 1.0, eager)
+  targets = keras.tree.map_structure(lambda t: np.asarray(t) + 1.0, eager)
   history = model.fit(inputs, targets, batch_size=BATCH, verbose=0)
   assert np.isfinite(history.history["loss"][0])
   after = [w.numpy() for w in layer.trainable_weights]
@@ -209,7 +228,7 @@ def test_own_dtype_policy(name, policy):
   outputs = _call(layer, inputs)
   spec = (layer.compute_output_spec(**inputs) if isinstance(inputs, dict)
           else layer.compute_output_spec(inputs))
-  for tensor in tf.nest.flatten(outputs) + tf.nest.flatten(spec):
+  for tensor in keras.tree.flatten(outputs) + keras.tree.flatten(spec):
     if _is_float(tensor.dtype):
       assert keras.backend.standardize_dtype(tensor.dtype) == (
           policy.compute_dtype), name
@@ -218,5 +237,6 @@ def test_own_dtype_policy(name, policy):
   for sublayer in layer._flatten_layers():  # pylint: disable=protected-access
     assert (sublayer.compute_dtype, sublayer.variable_dtype) == (
         policy.compute_dtype, policy.variable_dtype), sublayer.path
-  for tensor in tf.nest.flatten(outputs):
-    assert np.all(np.isfinite(tf.cast(tensor, tf.float32).numpy()))
+  for tensor in keras.tree.flatten(outputs):
+    assert np.all(np.isfinite(keras.ops.convert_to_numpy(
+        keras.ops.cast(tensor, "float32"))))

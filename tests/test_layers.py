@@ -230,13 +230,20 @@ def test_xla_switch_gives_the_same_attention():
 
 
 def test_a_sequence_past_the_learned_positions_gets_its_own_error():
-  """In a graph as eagerly, a sequence longer than the learned table fails
-  with the layer's message, never with the gather's own out-of-range
-  error (the gather waits for the check)."""
+  """A sequence longer than the learned table fails with the layer's
+  message, never with the gather's own out-of-range error: a ValueError
+  where the length is known when traced (eagerly, as every JAX call), and
+  in a graph of unknown length when run (the gather waits for the check)."""
   embedding = layers.LearnedPositionalEmbedding(max_length=4)
   embedding(tf.zeros([1, 4, 8]))
-  graph_call = tf.function(embedding.call)
-  for call in (embedding, graph_call, graph_call, graph_call):
+  for call in (embedding, tf.function(embedding.call)):
+    with pytest.raises(ValueError, match="longer than max_length=4"):
+      call(tf.zeros([2, 6, 8]))
+  graph_call = tf.function(embedding.call, input_signature=[
+      tf.TensorSpec([None, None, 8], tf.float32)])
+  np.testing.assert_array_equal(graph_call(tf.zeros([1, 4, 8])).shape,
+                                [1, 4, 8])
+  for _ in range(3):
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="longer than max_length=4"):
-      call(tf.zeros([2, 6, 8]))
+      graph_call(tf.zeros([2, 6, 8]))

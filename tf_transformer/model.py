@@ -12,7 +12,6 @@ the target shifted right behind BOS_ID.
 """
 
 import keras
-import tensorflow as tf
 
 from tf_transformer.config import TransformerConfig
 from tf_transformer.layers import masks
@@ -145,7 +144,7 @@ class Transformer(keras.Model):
     return self._logits(outputs)
 
   def _logits(self, x):
-    return tf.cast(self.output_embedding.logits(x), tf.float32)
+    return keras.ops.cast(self.output_embedding.logits(x), "float32")
 
   def named_weights(self) -> named_weights.Model:
     """Every weight of the model, by role (`layers/named_weights.py`)."""

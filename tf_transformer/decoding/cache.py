@@ -47,7 +47,7 @@ import typing
 
 import tensorflow as tf
 
-from tf_transformer.layers.shapes import dims
+from tf_transformer.decoding.shapes import dims
 
 BLOCK_LENGTH = 16  # positions per block (docs/performance.md)
 # The sentence axis of each entry of a layer's cache.

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tf_transformer.decoding import cache as cache_lib
 from tf_transformer.decoding import step_weights
 from tf_transformer.layers import masks
-from tf_transformer.layers import shapes
+from tf_transformer.decoding import shapes
 
 
 class Shape(typing.NamedTuple):

@@ -1,4 +1,6 @@
-"""Public, serializable Keras layers of the Transformer (sections 3.1-3.5)."""
+"""Public, serializable Keras layers of the Transformer (sections 3.1-3.5),
+written in `keras.ops`: they run on every Keras 3 backend (docs/model.md,
+"Backends")."""
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.attention import ScaledDotProductAttention

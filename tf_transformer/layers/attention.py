@@ -1,20 +1,20 @@
 """Scaled dot-product attention (eq. 1) and multi-head attention (section 3.2.2).
 
-The attention core is a `tf.function(jit_compile=True)` that takes only
-tensors, so XLA fuses scale, mask, softmax and both matmuls on any device and
-inside every replica of a distribution strategy. `xla_attention=False` runs the
-same ops uncompiled, which is what an export for stock TF Serving on CPU needs
-(its XLA:CPU JIT is off by default).
+Written with `keras.ops`, so the layers run on every Keras backend. Under
+TensorFlow the attention core is compiled on its own by XLA
+(`layers/compiled.py`), which fuses scale, mask, softmax and both matmuls on
+any device and inside every replica of a distribution strategy;
+`xla_attention=False` runs the same ops uncompiled, which is what an export
+for stock TF Serving on CPU needs (its XLA:CPU JIT is off by default).
 """
 
 import math
 
 import keras
-import tensorflow as tf
 
+from tf_transformer.layers import compiled
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
-from tf_transformer.layers import shapes
 from tf_transformer.layers.policy import PolicyLayer
 
 
@@ -31,7 +31,7 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     (output [batch, heads, query_length, d_v], weights [..., key_length]).
   """
   weights = attention_weights(query, key, mask)
-  return tf.matmul(weights, value), weights
+  return keras.ops.matmul(weights, value), weights
 
 
 def attention_weights(query, key, mask=None):
@@ -44,16 +44,9 @@ def attention_weights(query, key, mask=None):
   Returns:
     [batch, heads, query_length, key_length].
   """
-  scale = tf.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-  scores = tf.matmul(query * scale, key, transpose_b=True)
+  scale = keras.ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+  scores = keras.ops.matmul(query * scale, keras.ops.swapaxes(key, -1, -2))
   return masks.masked_softmax(scores, mask)
-
-
-_XLA = {
-    scaled_dot_product_attention: tf.function(
-        scaled_dot_product_attention, jit_compile=True),
-    attention_weights: tf.function(attention_weights, jit_compile=True),
-}
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -79,7 +72,7 @@ class ScaledDotProductAttention(PolicyLayer):
     self.dropout.build(query_shape)
 
   def _core(self, fn):
-    return _XLA[fn] if self.xla_attention else fn
+    return compiled.xla(fn) if self.xla_attention else fn
 
   def call(self, query, key, value, attention_mask=None, training=None):
     """Args:
@@ -92,7 +85,7 @@ class ScaledDotProductAttention(PolicyLayer):
     if training and self.dropout_rate > 0.0:
       weights = self._core(attention_weights)(query, key, attention_mask)
       weights = self.dropout(weights, training=training)
-      return tf.matmul(weights, value), weights
+      return keras.ops.matmul(weights, value), weights
     return self._core(scaled_dot_product_attention)(query, key, value,
                                                   attention_mask)
 
@@ -162,15 +155,15 @@ class MultiHeadAttention(PolicyLayer):
 
   def _split_heads(self, x, depth):
     """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
-    batch, length, _ = shapes.dims(x)
-    x = tf.reshape(x, [batch, length, self.num_heads, depth])
-    return shapes.swap_axes_1_2(x)
+    batch, length, _ = keras.ops.shape(x)
+    x = keras.ops.reshape(x, (batch, length, self.num_heads, depth))
+    return keras.ops.transpose(x, (0, 2, 1, 3))
 
   def _merge_heads(self, heads):
     """[batch, heads, length, d_v] -> [batch, length, heads * d_v]."""
-    x = shapes.swap_axes_1_2(heads)
-    batch, length, _, _ = shapes.dims(x)
-    return tf.reshape(x, [batch, length, self.num_heads * self.d_v])
+    x = keras.ops.transpose(heads, (0, 2, 1, 3))
+    batch, length, _, _ = keras.ops.shape(x)
+    return keras.ops.reshape(x, (batch, length, self.num_heads * self.d_v))
 
   def project_key_value(self, value):
     """(K W^K, V W^V) split into heads.

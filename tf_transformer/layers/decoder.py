@@ -13,7 +13,6 @@ over a cache, is `decoding/step.py`, fed by `named_weights()`.
 """
 
 import keras
-import tensorflow as tf
 
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
@@ -129,7 +128,7 @@ class Decoder(_TransformerStack):
     if target_padding_mask is not None:
       self_mask = masks.causal_padding_mask(target_padding_mask)
     else:
-      self_mask = masks.causal_mask(tf.shape(x)[1])
+      self_mask = masks.causal_mask(keras.ops.shape(x)[1])
     cross_attention_mask = (None if memory_padding_mask is None
                             else masks.key_padding_mask(memory_padding_mask))
     all_weights = []

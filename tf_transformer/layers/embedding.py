@@ -5,12 +5,12 @@ source embedding, the target embedding and the pre-softmax linear
 transformation; lookups are multiplied by sqrt(d_model). The positional layers
 return their input plus the encoding of positions start..start+length-1, so a
 decoder step at position `start` gets the same encoding as the full pass.
+Written with `keras.ops`, so they run on every Keras backend.
 """
 
 import math
 
 import keras
-import tensorflow as tf
 
 from tf_transformer.layers.policy import PolicyLayer
 
@@ -46,26 +46,27 @@ class SharedEmbedding(PolicyLayer):
     Returns:
       [..., d_model] embeddings, times sqrt(d_model) with `scale`.
     """
-    x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
+    x = keras.ops.take(keras.ops.cast(self.embeddings, self.compute_dtype),
+                       ids, axis=0)
     return x * self.multiplier if self.scale else x
 
   def logits(self, x):
     """The pre-softmax linear transformation, x E^T (section 3.4).
 
     One 2-D matmul over all positions: a [batch, length, d] times [d, vocab]
-    tf.matmul would broadcast into a batch of small matmuls whose gradient
-    materialises [batch, vocab, d] before summing.
+    batched matmul would broadcast into a batch of small matmuls whose
+    gradient materialises [batch, vocab, d] before summing.
 
     Args:
       x: [..., d_model] decoder outputs.
     Returns:
       [..., vocab_size] logits, in x's dtype.
     """
-    flat = tf.reshape(x, [-1, self.d_model])
-    logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype),
-                       transpose_b=True)
-    return tf.reshape(logits, tf.concat(
-        [tf.shape(x)[:-1], [self.vocab_size]], axis=0))
+    flat = keras.ops.reshape(x, (-1, self.d_model))
+    logits = keras.ops.matmul(flat, keras.ops.transpose(
+        keras.ops.cast(self.embeddings, x.dtype)))
+    return keras.ops.reshape(
+        logits, tuple(keras.ops.shape(x)[:-1]) + (self.vocab_size,))
 
   def named_weights(self):
     """The embedding matrix [vocab_size, d_model] (`named_weights.Model`)."""
@@ -85,7 +86,7 @@ class SharedEmbedding(PolicyLayer):
             "d_model": self.d_model, "scale": self.scale}
 
 
-def sinusoid_table(positions, d_model, dtype=tf.float32):
+def sinusoid_table(positions, d_model, dtype="float32"):
   """The sinusoidal encodings of section 3.5, sin and cos interleaved:
   PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...).
 
@@ -96,13 +97,14 @@ def sinusoid_table(positions, d_model, dtype=tf.float32):
   Returns:
     [length, d_model].
   """
-  positions = tf.cast(positions, tf.float32)[:, tf.newaxis]
-  two_i = tf.range(0, d_model, 2, dtype=tf.float32)
-  angles = positions / tf.pow(10000.0, two_i / d_model)
+  ops = keras.ops
+  positions = ops.cast(positions, "float32")[:, None]
+  two_i = ops.arange(0, d_model, 2, dtype="float32")
+  angles = positions / ops.power(10000.0, two_i / d_model)
   # Interleave sin (even dimensions) and cos (odd dimensions) as in the paper.
-  table = tf.reshape(tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1),
-                     [-1, 2 * two_i.shape[0]])[:, :d_model]
-  return tf.cast(table, dtype)
+  table = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1),
+                      (-1, 2 * ((d_model + 1) // 2)))[:, :d_model]
+  return ops.cast(table, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -118,7 +120,7 @@ class SinusoidalPositionalEncoding(PolicyLayer):
     Returns:
       inputs + PE[start:start + length].
     """
-    positions = start + tf.range(tf.shape(inputs)[1])
+    positions = start + keras.ops.arange(keras.ops.shape(inputs)[1])
     return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype)
 
   def named_weights(self):
@@ -149,20 +151,22 @@ class LearnedPositionalEmbedding(PolicyLayer):
       inputs: [batch, length, d_model] embeddings.
       start: the first position (a decoding step's).
     Returns:
-      inputs + P[start:start + length]; an InvalidArgumentError past
-      `max_length`.
+      inputs + P[start:start + length]; past `max_length` a ValueError
+      where the length is known when traced (every JAX and PyTorch call),
+      else TensorFlow's InvalidArgumentError when run.
     """
-    positions = start + tf.range(tf.shape(inputs)[1])
-    check = tf.debugging.assert_less(
-        positions[-1:], self.max_length,
-        message=f"sequence longer than max_length={self.max_length} of the "
-        "learned positional embedding")
-    # In a graph the gather waits for the check: otherwise its own
-    # out-of-range error may come first.
-    with tf.control_dependencies([check]):
-      positions = tf.identity(positions)
-    return inputs + tf.gather(
-        tf.cast(self.position_embeddings, inputs.dtype), positions)
+    length = keras.ops.shape(inputs)[1]
+    positions = start + keras.ops.arange(length)
+    message = (f"sequence longer than max_length={self.max_length} of the "
+               "learned positional embedding")
+    if isinstance(length, int) and isinstance(start, int):
+      if start + length > self.max_length:
+        raise ValueError(message)
+    else:
+      positions = _checked_positions(positions, self.max_length, message)
+    return inputs + keras.ops.take(
+        keras.ops.cast(self.position_embeddings, inputs.dtype), positions,
+        axis=0)
 
   def named_weights(self):
     """The table [max_length, d_model]."""
@@ -170,6 +174,20 @@ class LearnedPositionalEmbedding(PolicyLayer):
 
   def get_config(self):
     return {**super().get_config(), "max_length": self.max_length}
+
+
+def _checked_positions(positions, max_length, message):
+  """`positions` once a run-time check finds them below `max_length`.
+
+  Only a TensorFlow graph leaves the length unknown until run time; there
+  the gather waits for the check, or its own out-of-range error may come
+  first.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  check = tf.debugging.assert_less(positions[-1:], max_length,
+                                   message=message)
+  with tf.control_dependencies([check]):
+    return tf.identity(positions)
 
 
 def positional_encoding(kind, max_length, name="positional_encoding",

@@ -1,7 +1,7 @@
-"""Position-wise feed-forward network (section 3.3, eq. 2)."""
+"""Position-wise feed-forward network (section 3.3, eq. 2), in `keras.ops`."""
 
 import keras
-import tensorflow as tf
+import ml_dtypes
 
 from tf_transformer.layers import named_weights
 from tf_transformer.layers.policy import PolicyLayer
@@ -26,7 +26,7 @@ def inner_padding(d_ff, dtype):
     One cache line's worth of units (16 in float32), or 0 where d_ff's rows
     are not such a multiple.
   """
-  itemsize = tf.as_dtype(dtype).size
+  itemsize = ml_dtypes.finfo(keras.backend.standardize_dtype(dtype)).bits // 8
   if (d_ff * itemsize) % _ALIASING_STRIDE_BYTES:
     return 0
   return _CACHE_LINE_BYTES // itemsize
@@ -36,8 +36,9 @@ def padded_weights(w1, b1, w2, padding):
   """(W_1, b_1, W_2) of eq. 2 with `padding` zero inner units appended."""
   if not padding:
     return w1, b1, w2
-  return (tf.pad(w1, [[0, 0], [0, padding]]), tf.pad(b1, [[0, padding]]),
-          tf.pad(w2, [[0, padding], [0, 0]]))
+  pad = keras.ops.pad
+  return (pad(w1, [[0, 0], [0, padding]]), pad(b1, [[0, padding]]),
+          pad(w2, [[0, padding], [0, 0]]))
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -73,13 +74,14 @@ class PositionwiseFeedForward(PolicyLayer):
       FFN(x), [..., d_model].
     """
     dtype = self.compute_dtype
+    cast = lambda w: keras.ops.cast(w, dtype)
     w1, b1, w2 = padded_weights(
-        tf.cast(self.inner.kernel, dtype), tf.cast(self.inner.bias, dtype),
-        tf.cast(self.outer.kernel, dtype), inner_padding(self.d_ff, dtype))
-    # keras.ops.matmul as `Dense` calls it: a rank-3 x becomes one 2-D
-    # MatMul (tf.matmul would broadcast a slower BatchMatMulV2).
+        cast(self.inner.kernel), cast(self.inner.bias),
+        cast(self.outer.kernel), inner_padding(self.d_ff, dtype))
+    # keras.ops.matmul as `Dense` calls it: under TensorFlow a rank-3 x
+    # becomes one 2-D MatMul (tf.matmul would broadcast a BatchMatMulV2).
     inner = keras.ops.relu(keras.ops.matmul(x, w1) + b1)
-    return keras.ops.matmul(inner, w2) + tf.cast(self.outer.bias, dtype)
+    return keras.ops.matmul(inner, w2) + cast(self.outer.bias)
 
   def named_weights(self) -> named_weights.FeedForward:
     """W_1, b_1 and W_2, b_2 of eq. 2 (without the padding)."""

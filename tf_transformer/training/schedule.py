@@ -15,7 +15,8 @@ budget). The horizon is `train_steps`, or with a time budget
 """
 
 import keras
-import tensorflow as tf
+
+ops = keras.ops
 
 
 def learning_rate(step, d_model, warmup_steps=4000, scale=1.0):
@@ -29,9 +30,9 @@ def learning_rate(step, d_model, warmup_steps=4000, scale=1.0):
   Returns:
     The rate, float32.
   """
-  step = tf.cast(step, tf.float32)
-  return scale * d_model**-0.5 * tf.minimum(
-      tf.math.rsqrt(tf.maximum(step, 1.0)), step * warmup_steps**-1.5)
+  step = ops.cast(step, "float32")
+  return scale * d_model**-0.5 * ops.minimum(
+      ops.rsqrt(ops.maximum(step, 1.0)), step * warmup_steps**-1.5)
 
 
 def budget_learning_rate(step, d_model, warmup_steps, scale, horizon):
@@ -48,13 +49,13 @@ def budget_learning_rate(step, d_model, warmup_steps, scale, horizon):
   Returns:
     The rate, float32.
   """
-  step = tf.cast(step, tf.float32)
-  horizon = tf.maximum(tf.cast(horizon, tf.float32), 1.0)
-  peak_step = tf.minimum(float(warmup_steps), horizon / 2)
+  step = ops.cast(step, "float32")
+  horizon = ops.maximum(ops.cast(horizon, "float32"), 1.0)
+  peak_step = ops.minimum(float(warmup_steps), horizon / 2)
   peak = learning_rate(peak_step, d_model, warmup_steps, scale)
-  left = tf.clip_by_value((horizon - step) / tf.maximum(
+  left = ops.clip((horizon - step) / ops.maximum(
       horizon - peak_step, 1.0), 0.0, 1.0)
-  return tf.where(step <= peak_step,
+  return ops.where(step <= peak_step,
                   learning_rate(step, d_model, warmup_steps, scale),
                   peak * left)
 
@@ -86,7 +87,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
   Args:
     d_model, warmup_steps, scale: as `learning_rate`'s.
-    horizon: None for eq. 3; else a number or a `tf.Variable` (which the
+    horizon: None for eq. 3; else a number or a variable (which the
       trainer re-plans) for `budget_learning_rate`.
   """
 
@@ -105,8 +106,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
   def get_config(self):
     horizon = self.horizon
-    if isinstance(horizon, tf.Variable):
-      horizon = float(horizon.numpy())
+    if horizon is not None and not isinstance(horizon, (int, float)):
+      horizon = float(ops.convert_to_numpy(horizon))
     return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
             "scale": self.scale, "horizon": horizon}
 

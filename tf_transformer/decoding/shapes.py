@@ -1,4 +1,4 @@
-"""Shape helpers shared by the attention layer and the decoding cache."""
+"""Shape helpers of the decoding step and its cache (TensorFlow)."""
 
 import tensorflow as tf
 
