@@ -49,9 +49,11 @@ setuptools.setup(
         # CTranslate2, the C++ engine OpenNMT-tf users serve with.
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
+        # jax (its CPU build): Keras' JAX backend, on which the layers and
+        # the model's training path are tested too (tests/test_backends.py).
         "test": ["pytest>=8", "pytest-xdist>=3.5",
                  "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8",
-                 "ctranslate2>=4.5,<5"],
+                 "ctranslate2>=4.5,<5", "jax>=0.5"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+r"""The paper's training step on a GPU under JAX: tokens/s, step time, peak
+memory and MFU for `base` and `big`, float32 and mixed_bfloat16, on
+synthetic batches of the paper's ~25,000 tokens a side; and the GPU's
+logits for one fixed weights file against the TensorFlow CPU reference.
+Writes gpu_check.json and gpu_check.md to --output_dir.
+
+  # here, on the TensorFlow backend: the reference that travels
+  bin/gpu_check.py --write_reference=.gpu_reference
+  # on the accelerator (no TensorFlow there):
+  KERAS_BACKEND=jax bin/gpu_check.py --reference=.gpu_reference \
+      --output_dir=$OUT
+
+Each preset and policy trains in a process of its own, so that its peak
+memory is its own and a failure (out of memory, say) is one row. Runs on a
+CPU too (`--presets=tiny`, which the test suite does). Unlike the other
+bin/ commands it does not import TensorFlow (`tf_transformer.command` does).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("presets", ["base", "big"], "Model presets trained.")
+flags.DEFINE_list("policies", ["mixed_bfloat16", "float32"], "Keras dtype "
+                  "policies each preset trains under.")
+flags.DEFINE_string("hparams", "", "Config overrides for every preset.")
+flags.DEFINE_integer("vocab_size", 37000, "Shared vocabulary size (section "
+                     "5.1's 37,000 for English-German).")
+flags.DEFINE_integer("batch_tokens", 25000, "Tokens a side of a batch "
+                     "(section 5.1).")
+flags.DEFINE_integer("sequence_length", 50, "Tokens a sentence, each side.")
+flags.DEFINE_integer("max_steps", 200, "Most timed steps a preset and policy.")
+flags.DEFINE_float("seconds", 40.0, "Time budget of the timed steps of a "
+                   "preset and policy (at least 10 steps run).")
+flags.DEFINE_string("reference", None, "What --write_reference wrote: check "
+                    "this backend's logits against it.")
+flags.DEFINE_string("write_reference", None, "Write the reference (a fixed "
+                    "tiny model's weights, a batch, its logits) to this "
+                    "directory and stop; run it on the TensorFlow backend.")
+flags.DEFINE_string("output_dir", ".", "Where gpu_check.json and "
+                    "gpu_check.md go.")
+flags.DEFINE_list("levers", [], "Extra rows of the first preset under "
+                  "mixed_bfloat16, each one lever changed: no_dropout "
+                  "(dropout_rate=0: what dropout's random bits cost).")
+flags.DEFINE_list("rows", [], "PRESET:POLICY[:LEVER] rows to run instead "
+                  "of --presets, --policies and --levers.")
+flags.DEFINE_string("one", None, "Internal: train PRESET:POLICY and print "
+                    "its figures as JSON.")
+flags.DEFINE_integer("timeout", 300, "Seconds a preset and policy may take.")
+
+
+def _one(preset, policy):
+  from tf_transformer.benchmark import gpu_check  # pylint: disable=g-import-not-at-top
+  figures = gpu_check.measure_training(
+      preset, policy, FLAGS.batch_tokens, FLAGS.sequence_length,
+      FLAGS.vocab_size, FLAGS.max_steps, FLAGS.seconds, FLAGS.hparams)
+  print("FIGURES " + json.dumps(figures))
+
+
+# Flag values added and environment variables set, by lever. (JAX's rbg
+# random bits are no lever: Keras' seed generator makes threefry keys.)
+LEVERS = {"no_dropout": ({"hparams": "dropout_rate=0.0"}, {})}
+
+
+def _in_own_process(preset, policy, lever=None):
+  """One preset and policy (and lever) in a child process: its figures, or
+  an error."""
+  flag_values, env = LEVERS[lever] if lever else ({}, {})
+  args = [sys.executable, os.path.abspath(__file__), f"--one={preset}:{policy}"]
+  for name in ("hparams", "vocab_size", "batch_tokens", "sequence_length",
+               "max_steps", "seconds"):
+    value = ",".join(str(v) for v in (getattr(FLAGS, name),
+                                      flag_values.get(name)) if v)
+    args.append(f"--{name}={value}")
+  # JAX takes 75% of the GPU's memory by default; a process of its own
+  # may take nearly all of it.
+  env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95", **os.environ, **env}
+  named = {"preset": preset, "policy": policy, "lever": lever}
+  try:
+    done = subprocess.run(args, capture_output=True, text=True, env=env,
+                          timeout=FLAGS.timeout, check=False)
+  except subprocess.TimeoutExpired:
+    return {**named, "error": f"over --timeout={FLAGS.timeout} s"}
+  for line in done.stdout.splitlines():
+    if line.startswith("FIGURES "):
+      return {**json.loads(line[len("FIGURES "):]), **named}
+  # The exception's own line: JAX ends a traceback with a note after it.
+  lines = [line for line in done.stderr.strip().splitlines()
+           if line.strip() and not line.startswith(("For simplicity", "---"))]
+  last = (lines or ["no output"])[-1]
+  return {**named, "error": f"exit {done.returncode}: {last[:300]}"}
+
+
+def main(argv):
+  del argv
+  if FLAGS.one:
+    _one(*FLAGS.one.split(":"))
+    return
+  from tf_transformer.benchmark import gpu_check  # pylint: disable=g-import-not-at-top
+  if FLAGS.write_reference:
+    gpu_check.write_reference(FLAGS.write_reference)
+    print(f"wrote {FLAGS.write_reference}")
+    return
+  for lever in FLAGS.levers:
+    if lever not in LEVERS:
+      raise app.UsageError(f"--levers={lever}: expected one of "
+                           f"{sorted(LEVERS)}")
+  runs = [(preset, policy, None) for preset in FLAGS.presets
+          for policy in FLAGS.policies]
+  runs += [(FLAGS.presets[0], "mixed_bfloat16", lever)
+           for lever in FLAGS.levers]
+  if FLAGS.rows:
+    runs = [tuple(row.split(":") + [None])[:3] for row in FLAGS.rows]
+  rows = []
+  for run in runs:
+    rows.append(_in_own_process(*run))
+    print(json.dumps(rows[-1]), flush=True)
+  # Last: JAX in this process takes most of the GPU's memory for good.
+  logits = None
+  if FLAGS.reference:
+    try:
+      logits = gpu_check.check_logits(FLAGS.reference)
+    except Exception as e:  # pylint: disable=broad-except
+      logits = {"error": f"{type(e).__name__}: {e}"[:300]}
+    print("logits:", json.dumps(logits), flush=True)
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.output_dir, "gpu_check.json"), "w") as f:
+    json.dump({"training": rows, "logits": logits,
+               "flags": {name: getattr(FLAGS, name) for name in (
+                   "presets", "policies", "levers", "hparams", "vocab_size",
+                   "batch_tokens", "sequence_length", "max_steps",
+                   "seconds")}}, f, indent=2)
+  table = gpu_check.markdown(rows, logits)
+  with open(os.path.join(FLAGS.output_dir, "gpu_check.md"), "w") as f:
+    f.write(table)
+  print(table)
+
+
+if __name__ == "__main__":
+  app.run(main)

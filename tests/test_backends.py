@@ -1,0 +1,134 @@
+"""The public layers and the model's training path on Keras' JAX backend
+(issue: the Keras layers on every Keras 3 backend).
+
+Each check runs in a fresh interpreter with KERAS_BACKEND=jax (Keras picks
+its backend once, at import). JAX runs here on the CPU; bin/gpu_check.py
+runs the same code on a GPU.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+from tf_transformer.benchmark import gpu_check
+from tf_transformer.run import run_dir
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _under_jax(*args, timeout=900):
+  env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
+             JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, *args], capture_output=True,
+                        text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def test_layer_conventions_and_the_readme_classifier_hold_under_jax():
+  """The generic layer test (config and saving round trips, symbolic =
+  eager, a jax.jit call and a jit-compiled fit step, dtype policies) and
+  the README's classifier (trained, saved, reloaded) pass under JAX."""
+  done = _under_jax("-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-p", "no:randomly", "tests/test_layer_conventions.py",
+                    "tests/test_keras_reuse.py")
+  summary = done.stdout.strip().splitlines()[-1]
+  assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+  assert int(re.search(r"(\d+) passed", summary).group(1)) > 90, summary
+  assert not re.search(r"skipped|failed|error", summary), summary
+
+
+def test_the_layers_model_config_and_loss_import_no_tensorflow():
+  """Under JAX, building and training the model imports no TensorFlow."""
+  code = """
+import sys
+import numpy as np
+import tf_transformer.config, tf_transformer.layers, tf_transformer.model
+from tf_transformer.training import loss, optimizer
+config = tf_transformer.config.get_config("tiny")
+model = tf_transformer.model.build_model(config)
+model.compile(optimizer=optimizer.create_optimizer(config),
+              loss=loss.LabelSmoothedCrossEntropy(), jit_compile=True)
+ids = np.array([[5, 6, 7, 2]], np.int32)
+print("loss", model.train_on_batch((ids, ids), ids))
+print("tensorflow imported:", "tensorflow" in sys.modules)
+"""
+  done = _under_jax("-c", code)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "tensorflow imported: False" in done.stdout, done.stdout
+  assert np.isfinite(float(re.search(r"loss (\S+)", done.stdout).group(1)))
+
+
+def test_weights_trained_on_tensorflow_give_the_same_logits_under_jax(
+    trained_numbers_run, tmp_path):
+  """A .weights.h5 saved from a TensorFlow-trained model loads into a
+  JAX-backend model and gives the same logits within 1e-5 (both on this
+  CPU, float32: only the order of float32 sums differs)."""
+  model, _ = run_dir.load_trained_model(str(trained_numbers_run))
+  logits = gpu_check.write_reference(str(tmp_path), model)
+  assert np.abs(logits).max() > 5.0  # a trained model, not near-zero logits
+  code = ("import json; from tf_transformer.benchmark import gpu_check; "
+          f"print(json.dumps(gpu_check.check_logits({str(tmp_path)!r})))")
+  done = _under_jax("-c", code)
+  assert done.returncode == 0, done.stderr[-3000:]
+  check = json.loads(done.stdout.strip().splitlines()[-1])
+  assert check["device"] == "cpu"
+  assert check["max_abs_diff"] <= 1e-5, check
+
+
+def test_gpu_check_runs_on_the_cpu(tmp_path):
+  """bin/gpu_check.py, as the GPU runs it, on the tiny preset: every row
+  trains with one compilation, the lever row is labelled, the logits
+  match the TensorFlow reference, and both files are written."""
+  reference, output = tmp_path / "reference", tmp_path / "out"
+  gpu_check.write_reference(str(reference))
+  done = _under_jax(
+      os.path.join(REPO, "bin", "gpu_check.py"),
+      "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout",
+      "--vocab_size=1000", "--batch_tokens=256", "--sequence_length=16",
+      "--max_steps=3", "--seconds=1", f"--reference={reference}",
+      f"--output_dir={output}")
+  assert done.returncode == 0, done.stderr[-3000:]
+  figures = json.loads((output / "gpu_check.json").read_text())
+  rows = figures["training"]
+  assert [(r["policy"], r["lever"]) for r in rows] == [
+      ("float32", None), ("mixed_bfloat16", "no_dropout")], rows
+  for row in rows:
+    assert "error" not in row, row
+    assert row["compilations"] == 1 and row["steps"] == 3, row
+    assert row["tokens_per_step"] == 2 * 16 * 16
+    assert row["tokens_per_second"] > 0 and np.isfinite(row["final_loss"])
+    assert row["mfu"] is None  # no known peak for a CPU
+  assert figures["logits"]["max_abs_diff"] <= 1e-5, figures["logits"]
+  table = (output / "gpu_check.md").read_text()
+  assert table.count("| tiny |") == 2 and "no_dropout" in table
+  assert "Logits against the TensorFlow CPU reference" in table
+
+
+def test_the_closed_form_loss_gradient_equals_autodiff_under_jax():
+  """The label-smoothed loss's hand-written gradient (its custom_gradient
+  under JAX) equals JAX's autodiff of the textbook formula, padding
+  included."""
+  code = """
+import jax, jax.numpy as jnp, numpy as np
+from tf_transformer.training import loss
+rng = np.random.default_rng(0)
+logits = jnp.asarray(rng.normal(size=(2, 5, 11)) * 3, jnp.float32)
+labels = jnp.asarray([[4, 7, 2, 0, 0], [5, 6, 9, 10, 3]], jnp.int32)
+def textbook(z):
+  log_p = jax.nn.log_softmax(z)
+  target = 0.9 * jax.nn.one_hot(labels, 11) + 0.1 / 11
+  weights = (labels != 0).astype(jnp.float32)
+  return jnp.sum(-jnp.sum(target * log_p, -1) * weights) / jnp.sum(weights)
+ours = lambda z: loss.label_smoothed_cross_entropy(labels, z, 0.1)
+# Our loss is the textbook one less a constant (the smoothed target's
+# entropy), so the gradients are equal.
+print("gap", float(jnp.max(jnp.abs(jax.grad(ours)(logits)
+                                   - jax.grad(textbook)(logits)))))
+"""
+  done = _under_jax("-c", code)
+  assert done.returncode == 0, done.stderr[-3000:]
+  gap = float(re.search(r"gap (\S+)", done.stdout).group(1))
+  assert gap < 1e-6, gap

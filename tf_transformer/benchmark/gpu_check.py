@@ -1,0 +1,280 @@
+"""The model's training step on an accelerator under JAX, and its logits
+against the TensorFlow CPU reference (`bin/gpu_check.py`).
+
+The paper's step (section 5): teacher-forced forward pass, label-smoothed
+loss (5.4) with its closed-form gradient, Adam with eq. 3 (5.3), dropout
+on, the whole step one `jax.jit` with its state donated. Batches are
+synthetic: `batch_tokens` // `sequence_length` sentence pairs of
+`sequence_length` random pieces a side, the paper's ~25,000 tokens a side
+by default (5.1). Model FLOPs are `cost.forward_flops` times 3 (forward and
+backward), so the utilization counts the matmuls the model asks for, not
+what the compiler runs.
+
+Nothing here imports TensorFlow: the accelerator machine has none.
+`write_reference` runs on the TensorFlow backend (on CPU) and writes what
+`check_logits` compares against on another backend.
+"""
+
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+
+from tf_transformer import config as config_lib
+from tf_transformer import cost
+from tf_transformer import model as model_lib
+from tf_transformer.special_ids import BOS_ID
+from tf_transformer.training import loss as loss_lib
+from tf_transformer.training import optimizer as optimizer_lib
+
+# Dense (no sparsity) peak matmul rates from NVIDIA's data sheets, in
+# TFLOP/s: bfloat16, and TF32 (XLA's default for float32 dots on these
+# chips). The H200 has the H100 SXM's compute.
+PEAK_TFLOPS = {"H100": {"bfloat16": 989.4, "tf32": 494.7},
+               "H200": {"bfloat16": 989.4, "tf32": 494.7}}
+REFERENCE_FILES = ("config.json", "model.weights.h5", "batch.npz")
+
+
+def synthetic_batch(vocab_size, batch_tokens, sequence_length, seed=0):
+  """A batch of random full-length pairs.
+
+  Args:
+    vocab_size: pieces are drawn from the ids past the special ones.
+    batch_tokens: tokens a side (the paper's 25,000, section 5.1).
+    sequence_length: tokens a sentence, source and target.
+    seed: the draw's seed.
+  Returns:
+    (source_ids, target_input_ids, labels), int32 [batch, sequence_length].
+  """
+  rng = np.random.default_rng(seed)
+  batch = max(1, batch_tokens // sequence_length)
+  draw = lambda: rng.integers(4, vocab_size, (batch, sequence_length),
+                              dtype=np.int32)
+  source, labels = draw(), draw()
+  target_input = np.concatenate(
+      [np.full((batch, 1), BOS_ID, np.int32), labels[:, :-1]], axis=1)
+  return source, target_input, labels
+
+
+def peak_tflops(device_kind, policy):
+  """(the chip's dense peak for the policy's matmuls, its name) or
+  (None, None) for a chip not in PEAK_TFLOPS."""
+  precision = "bfloat16" if "bfloat16" in policy else "tf32"
+  for chip, peaks in PEAK_TFLOPS.items():
+    if chip in device_kind:
+      return peaks[precision], f"{chip} dense {precision}"
+  return None, None
+
+
+def _train_step(model, optimizer, label_smoothing):
+  """The jitted step: (state, batch) -> (loss, state), state donated."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def loss_of(trainable, non_trainable, source, target_input, labels):
+    logits, non_trainable = model.stateless_call(
+        trainable, non_trainable, (source, target_input), training=True)
+    return loss_lib.label_smoothed_cross_entropy(
+        labels, logits, label_smoothing), non_trainable
+
+  def step(state, source, target_input, labels):
+    trainable, non_trainable, optimizer_state = state
+    (loss, non_trainable), grads = jax.value_and_grad(loss_of, has_aux=True)(
+        trainable, non_trainable, source, target_input, labels)
+    trainable, optimizer_state = optimizer.stateless_apply(
+        optimizer_state, grads, trainable)
+    return loss, (trainable, non_trainable, optimizer_state)
+
+  return jax.jit(step, donate_argnums=0)
+
+
+def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
+                     vocab_size=37000, max_steps=200, seconds=40.0,
+                     hparams=""):
+  """Trains one preset under one dtype policy on synthetic batches.
+
+  Args:
+    preset: a `config.PRESETS` name ("base", "big", "tiny", ...).
+    policy: a Keras dtype policy, "float32" or "mixed_bfloat16".
+    batch_tokens, sequence_length: as `synthetic_batch`'s.
+    vocab_size: the shared vocabulary (37,000 for WMT En-De, section 5.1).
+    max_steps: the most timed steps.
+    seconds: a time budget for the timed steps (at least 10 are run).
+    hparams: config overrides.
+  Returns:
+    A dict of the figures (tokens/s counts source plus target tokens).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  config = config_lib.get_config(preset, hparams).replace(
+      vocab_size=vocab_size)
+  keras.utils.set_random_seed(0)
+  model = model_lib.build_model(config, dtype=policy)
+  optimizer = optimizer_lib.create_optimizer(config)
+  optimizer.build(model.trainable_variables)
+  state = ([v.value for v in model.trainable_variables],
+           [v.value for v in model.non_trainable_variables],
+           [v.value for v in optimizer.variables])
+  step = _train_step(model, optimizer, config.training.label_smoothing)
+  device = jax.devices()[0]
+  # Committed to the device, as the step's outputs are: one compilation.
+  state = jax.device_put(state, device)
+  batch = [jax.device_put(a, device) for a in synthetic_batch(
+      vocab_size, batch_tokens, sequence_length)]
+  # Two untimed steps: the first compiles; the second may compile again,
+  # the state it is given now holding the step's own outputs.
+  first_step_seconds, _, state = _timed_steps(step, state, batch, 1)
+  second_step_seconds, _, state = _timed_steps(step, state, batch, 1)
+  probe_seconds, _, state = _timed_steps(step, state, batch, 3)
+  steps = int(min(max_steps, max(10, seconds / (probe_seconds / 3))))
+  total_seconds, loss, state = _timed_steps(step, state, batch, steps)
+  step_seconds = total_seconds / steps
+  pairs, length = batch[0].shape
+  flops = 3 * pairs * cost.forward_flops(config.model, length, length)
+  peak, peak_name = peak_tflops(device.device_kind, policy)
+  memory = device.memory_stats() or {}
+  return {
+      "preset": preset, "policy": policy, "device": device.device_kind,
+      "platform": device.platform, "parameters": cost.parameter_count(
+          config.model), "sentence_pairs": pairs,
+      "tokens_per_step": 2 * pairs * length, "steps": steps,
+      "first_step_seconds": first_step_seconds,
+      "second_step_seconds": second_step_seconds,
+      "compilations": step._cache_size(),  # pylint: disable=protected-access
+      "step_seconds": step_seconds,
+      "tokens_per_second": 2 * pairs * length / step_seconds,
+      "model_tflops_per_step": flops / 1e12,
+      "model_tflops_per_second": flops / step_seconds / 1e12,
+      "peak_tflops": peak, "peak_name": peak_name,
+      "mfu": None if peak is None else flops / step_seconds / (peak * 1e12),
+      "peak_memory_gib": (memory["peak_bytes_in_use"] / 2**30
+                          if "peak_bytes_in_use" in memory else None),
+      "memory_limit_gib": (memory["bytes_limit"] / 2**30
+                           if "bytes_limit" in memory else None),
+      "final_loss": float(loss),
+  }
+
+
+def _timed_steps(step, state, batch, steps):
+  """(seconds for `steps` steps, the last loss, the state)."""
+  start = time.perf_counter()
+  for _ in range(steps):
+    loss, state = step(state, *batch)
+  loss.block_until_ready()
+  return time.perf_counter() - start, loss, state
+
+
+def write_reference(directory, model=None, preset="tiny", seed=0):
+  """Writes a model's weights, a batch and its logits on this backend (the
+  TensorFlow CPU reference when run there).
+
+  Args:
+    directory: created if missing; gets `REFERENCE_FILES`.
+    model: a float32 `Transformer` (a trained one, say); None: `preset`
+      with weights drawn from `seed`.
+    preset: the model's preset when `model` is None.
+    seed: the weights' and the batch's seed.
+  Returns:
+    The reference logits, float32 [batch, length, vocab].
+  """
+  os.makedirs(directory, exist_ok=True)
+  if model is None:
+    keras.utils.set_random_seed(seed)
+    model = model_lib.build_model(config_lib.get_config(preset),
+                                  dtype="float32")
+  config = model.config
+  source, target_input, _ = synthetic_batch(config.model.vocab_size, 96, 12,
+                                            seed)
+  source[1, 9:] = target_input[2, 7:] = 0  # padding, masked
+  logits = keras.ops.convert_to_numpy(model((source, target_input)))
+  model.save_weights(os.path.join(directory, "model.weights.h5"))
+  np.savez(os.path.join(directory, "batch.npz"), source=source,
+           target_input=target_input, logits=logits)
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(config.to_dict(), f)
+  return logits
+
+
+def check_logits(directory):
+  """The reference model's logits on this backend's default device against
+  those `write_reference` wrote, matmuls in full float32.
+
+  Args:
+    directory: what `write_reference` wrote.
+  Returns:
+    {"max_abs_diff", "max_abs_logit", "device"}.
+  """
+  with open(os.path.join(directory, "config.json")) as f:
+    config = config_lib.TransformerConfig.from_dict(json.load(f))
+  model = model_lib.build_model(config, dtype="float32")
+  model.load_weights(os.path.join(directory, "model.weights.h5"))
+  batch = np.load(os.path.join(directory, "batch.npz"))
+  with _full_float32_matmuls():
+    logits = keras.ops.convert_to_numpy(
+        model((batch["source"], batch["target_input"])))
+  return {"max_abs_diff": float(np.max(np.abs(logits - batch["logits"]))),
+          "max_abs_logit": float(np.max(np.abs(batch["logits"]))),
+          "device": _device_name()}
+
+
+def _full_float32_matmuls():
+  """JAX's float32 dots in float32 (its default on GPUs is TF32)."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  if keras.backend.backend() != "jax":
+    return contextlib.nullcontext()
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.default_matmul_precision("float32")
+
+
+def _device_name():
+  if keras.backend.backend() != "jax":
+    return keras.backend.backend()
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.devices()[0].device_kind
+
+
+def markdown(rows, logits):
+  """The figures as a markdown table, the logits check below it."""
+  fmt = lambda value, spec: "-" if value is None else format(value, spec)
+  lines = ["| preset | policy | lever | device | params (M) | tokens/step | "
+           "step (ms) | tokens/s | model TFLOP/s | MFU | peak used | "
+           "peak memory (GiB) | steps | loss |",
+           "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+           "--- | ---: | ---: | ---: |"]
+  for r in rows:
+    if "error" in r:
+      lines.append(f"| {r['preset']} | {r['policy']} | "
+                   f"{r.get('lever') or '-'} | failed: {r['error']} |"
+                   + " |" * 10)
+      continue
+    peak = (f"{r['peak_name']} {r['peak_tflops']:.1f}" if r["peak_tflops"]
+            else "-")
+    lines.append(
+        f"| {r['preset']} | {r['policy']} | {r.get('lever') or '-'} | "
+        f"{r['device']} | "
+        f"{r['parameters'] / 1e6:.0f} | {r['tokens_per_step']:,} | "
+        f"{1000 * r['step_seconds']:.1f} | {r['tokens_per_second']:,.0f} | "
+        f"{r['model_tflops_per_second']:.1f} | "
+        f"{fmt(r['mfu'] and 100 * r['mfu'], '.1f')}"
+        f"{'%' if r['mfu'] is not None else ''} | "
+        f"{peak} | "
+        f"{fmt(r['peak_memory_gib'], '.1f')} | {r['steps']} | "
+        f"{r['final_loss']:.3f} |")
+  if logits is not None:
+    lines.append("")
+    if "error" in logits:
+      lines.append(f"Logits against the TensorFlow CPU reference: failed: "
+                   f"{logits['error']}")
+    else:
+      lines.append(
+          f"Logits against the TensorFlow CPU reference on {logits['device']}"
+          f" (float32 matmuls): max |difference| "
+          f"{logits['max_abs_diff']:.2e} for logits up to "
+          f"{logits['max_abs_logit']:.1f}.")
+  return "\n".join(lines) + "\n"
+
+
+def is_finite(row):
+  """Whether a row's loss is a finite number (a step that ran)."""
+  return "error" not in row and math.isfinite(row["final_loss"])
