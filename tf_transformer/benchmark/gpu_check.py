@@ -5,8 +5,8 @@ The paper's step (section 5): teacher-forced forward pass, label-smoothed
 loss (5.4) with its closed-form gradient, Adam with eq. 3 (5.3), dropout
 on, the whole step one `jax.jit` with its state donated. Batches are
 synthetic: `batch_tokens` // `sequence_length` sentence pairs of
-`sequence_length` random pieces a side, the paper's ~25,000 tokens a side
-by default (5.1). Model FLOPs are `cost.forward_flops` times 3 (forward and
+`sequence_length` random pieces a side (EOS last), the paper's ~25,000
+tokens a side by default (5.1). Model FLOPs are `cost.forward_flops` times 3 (forward and
 backward), so the utilization counts the matmuls the model asks for, not
 what the compiler runs.
 
@@ -27,6 +27,7 @@ from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
 from tf_transformer.special_ids import BOS_ID
+from tf_transformer.special_ids import EOS_ID
 from tf_transformer.training import loss as loss_lib
 from tf_transformer.training import optimizer as optimizer_lib
 
@@ -39,21 +40,23 @@ REFERENCE_FILES = ("config.json", "model.weights.h5", "batch.npz")
 
 
 def synthetic_batch(vocab_size, batch_tokens, sequence_length, seed=0):
-  """A batch of random full-length pairs.
+  """A batch of random full-length pairs, the shape of one length bucket.
 
   Args:
     vocab_size: pieces are drawn from the ids past the special ones.
     batch_tokens: tokens a side (the paper's 25,000, section 5.1).
-    sequence_length: tokens a sentence, source and target.
+    sequence_length: tokens a sentence, source and target, EOS last.
     seed: the draw's seed.
   Returns:
-    (source_ids, target_input_ids, labels), int32 [batch, sequence_length].
+    (source_ids, target_input_ids, labels), int32 numpy arrays [batch
+    // sequence_length, sequence_length].
   """
   rng = np.random.default_rng(seed)
   batch = max(1, batch_tokens // sequence_length)
   draw = lambda: rng.integers(4, vocab_size, (batch, sequence_length),
                               dtype=np.int32)
   source, labels = draw(), draw()
+  source[:, -1] = labels[:, -1] = EOS_ID
   target_input = np.concatenate(
       [np.full((batch, 1), BOS_ID, np.int32), labels[:, :-1]], axis=1)
   return source, target_input, labels

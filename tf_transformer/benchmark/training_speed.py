@@ -11,9 +11,9 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer import cost
+from tf_transformer.benchmark import gpu_check
 from tf_transformer.benchmark.timing import median_seconds
 from tf_transformer.data.sources import DataSpec
-from tf_transformer.special_ids import BOS_ID, EOS_ID
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import trainer as trainer_lib
 
@@ -30,16 +30,10 @@ class Variant:
 
 
 def synthetic_batch(vocab_size, batch_tokens, length, seed=0):
-  """((source, target_in), target_out): batch_tokens // length full rows of
-  `length` random tokens a side, the shape of one length bucket."""
-  rows = max(1, batch_tokens // length)
-  rng = np.random.default_rng(seed)
-  source = rng.integers(4, vocab_size, size=(rows, length), dtype=np.int32)
-  target = rng.integers(4, vocab_size, size=(rows, length), dtype=np.int32)
-  target[:, -1] = EOS_ID
-  source[:, -1] = EOS_ID
-  target_in = np.concatenate([np.full((rows, 1), BOS_ID, np.int32),
-                              target[:, :-1]], 1)
+  """((source, target_in), target_out) as tensors: `gpu_check`'s batch of
+  batch_tokens // length full rows of `length` random tokens a side."""
+  source, target_in, target = gpu_check.synthetic_batch(
+      vocab_size, batch_tokens, length, seed)
   return (tf.constant(source), tf.constant(target_in)), tf.constant(target)
 
 

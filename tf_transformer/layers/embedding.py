@@ -152,8 +152,9 @@ class LearnedPositionalEmbedding(PolicyLayer):
       start: the first position (a decoding step's).
     Returns:
       inputs + P[start:start + length]; past `max_length` a ValueError
-      where the length is known when traced (every JAX and PyTorch call),
-      else TensorFlow's InvalidArgumentError when run.
+      where the length and start are known when traced (every JAX and
+      PyTorch call with an int start), else, under TensorFlow, its
+      InvalidArgumentError when run.
     """
     length = keras.ops.shape(inputs)[1]
     positions = start + keras.ops.arange(length)
@@ -162,7 +163,7 @@ class LearnedPositionalEmbedding(PolicyLayer):
     if isinstance(length, int) and isinstance(start, int):
       if start + length > self.max_length:
         raise ValueError(message)
-    else:
+    elif keras.backend.backend() == "tensorflow":
       positions = _checked_positions(positions, self.max_length, message)
     return inputs + keras.ops.take(
         keras.ops.cast(self.position_embeddings, inputs.dtype), positions,
