@@ -38,6 +38,8 @@ def _model(overrides="", dtype=None, seed=3):
     if variable.path.endswith(("/gamma", "/beta")):
       low = 0.5 if variable.path.endswith("/gamma") else -0.5
       variable.assign(rng.uniform(low, low + 1.0, variable.shape))
+    if variable.path.endswith("output_bias"):
+      variable.assign(rng.normal(0.0, 1.0, variable.shape))
   return model
 
 
@@ -47,7 +49,14 @@ def _model(overrides="", dtype=None, seed=3):
     ("norm_position=pre,positional_encoding=learned", 2, "graph", "float32"),
     ("share_embeddings=false,d_k=8,d_v=24", 2, "graph", "float32"),
     ("", 2, "graph", "bfloat16"), ("norm_position=pre", 2, "eager",
-                                   "bfloat16")])
+                                   "bfloat16"),
+    # Marian's options (serving/marian_import.py).
+    ("activation=swish,positional_encoding=sinusoidal_halves,"
+     "decoder_start=zero,output_bias=true", 2, "graph", "float32"),
+    ("activation=gelu,decoder_start=zero,output_bias=true", 3, "xla",
+     "float32"),
+    ("activation=swish,positional_encoding=sinusoidal_halves,"
+     "output_bias=true", 2, "eager", "bfloat16")])
 def test_each_position_equals_teacher_forcing(overrides, group, mode, dtype):
   """Every step, each row's logits equal a teacher-forced pass over its own
   history, while rows take over other slots' hypotheses as in a beam

@@ -15,13 +15,19 @@ import dataclasses
 import json
 from typing import Optional
 
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+# "sinusoidal": section 3.5's sines and cosines interleaved;
+# "sinusoidal_halves": the same sines then the same cosines, [sin | cos], as
+# tensor2tensor, Marian and Transformers' Marian lay them out.
+POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal_halves", "learned")
+ACTIVATIONS = ("relu", "swish", "gelu")  # eq. 2's max(0, .) is "relu"
+DECODER_STARTS = ("bos", "zero")
 # What a checkpoint's weights are made for; every other field is the training
 # recipe, runtime or decoding, which a resumed run may change.
 ARCHITECTURE_FIELDS = ("vocab_size", "num_layers", "d_model", "d_ff",
                        "num_heads", "d_k", "d_v", "positional_encoding",
                        "max_length", "share_embeddings", "norm_position",
-                       "layer_norm_epsilon")
+                       "layer_norm_epsilon", "activation", "decoder_start",
+                       "output_bias")
 NORM_POSITIONS = ("post", "pre")
 
 
@@ -53,6 +59,14 @@ class ModelConfig:
   share_embeddings: bool = True
   norm_position: str = "post"  # the paper's LayerNorm(x + Dropout(Sublayer(x)))
   layer_norm_epsilon: float = 1e-6
+  # The feed-forward's activation (eq. 2: "relu"; "swish" (SiLU) and exact
+  # "gelu" for models trained so, such as OPUS-MT's).
+  activation: str = "relu"
+  # What the decoder's first position embeds: "bos", a learned BOS token
+  # (special_ids.BOS_ID); "zero", a zero vector (Marian), where BOS_ID is
+  # an ordinary piece the search may output.
+  decoder_start: str = "bos"
+  output_bias: bool = False  # a bias on the logits, x E^T + b
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
 
@@ -65,8 +79,11 @@ class ModelConfig:
     if self.positional_encoding not in POSITIONAL_ENCODINGS:
       _fail(self, "positional_encoding",
             f"must be one of {POSITIONAL_ENCODINGS}")
-    if self.norm_position not in NORM_POSITIONS:
-      _fail(self, "norm_position", f"must be one of {NORM_POSITIONS}")
+    for field, allowed in (("norm_position", NORM_POSITIONS),
+                           ("activation", ACTIVATIONS),
+                           ("decoder_start", DECODER_STARTS)):
+      if getattr(self, field) not in allowed:
+        _fail(self, field, f"must be one of {allowed}")
     for field in ("d_k", "d_v"):
       if getattr(self, field) is None:
         if self.d_model % self.num_heads:

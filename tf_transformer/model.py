@@ -30,7 +30,7 @@ def _stack_arguments(config, xla_attention):
               attention_dropout_rate=config.attention_dropout_rate,
               norm_position=config.norm_position,
               layer_norm_epsilon=config.layer_norm_epsilon,
-              xla_attention=xla_attention)
+              xla_attention=xla_attention, activation=config.activation)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -90,15 +90,26 @@ class Transformer(keras.Model):
         self.source_embedding, self.target_embedding,
         self.output_embedding)}.values():
       embedding.build()
+    if self.config.model.output_bias:
+      self.output_bias = self.add_weight(
+          name="output_bias", shape=(self.config.model.vocab_size,),
+          initializer="zeros")
     self.source_positions.build(shape)
     self.target_positions.build(shape)
     self.encoder.build(shape)
     self.decoder.build(shape, shape)
     self.built = True
 
-  def _embed(self, embedding, positions, dropout, ids, training=None):
-    """Token embedding times sqrt(d_model), plus positions, then dropout (5.4)."""
-    return dropout(positions(embedding(ids)), training=training)
+  def _embed(self, embedding, positions, dropout, ids, training=None,
+             zero_start=False):
+    """Token embedding times sqrt(d_model), plus positions, then dropout
+    (5.4); with `zero_start`, the first position's token embedding is a
+    zero vector (`ModelConfig.decoder_start`)."""
+    x = embedding(ids)
+    if zero_start:
+      later = keras.ops.arange(keras.ops.shape(ids)[1]) > 0
+      x = x * keras.ops.cast(later, x.dtype)[:, None]
+    return dropout(positions(x), training=training)
 
   def encode(self, source_ids, training=None, return_attention_scores=False):
     """The encoder on source ids (section 3.1).
@@ -135,7 +146,8 @@ class Transformer(keras.Model):
       `return_attention_scores`, (logits, the per-layer weight dicts).
     """
     x = self._embed(self.target_embedding, self.target_positions,
-                    self.target_dropout, target_input_ids, training=training)
+                    self.target_dropout, target_input_ids, training=training,
+                    zero_start=self.config.model.decoder_start == "zero")
     outputs = self.decoder(x, memory, masks.padding_mask(target_input_ids),
                            source_mask, training=training,
                            return_attention_scores=return_attention_scores)
@@ -144,7 +156,10 @@ class Transformer(keras.Model):
     return self._logits(outputs)
 
   def _logits(self, x):
-    return keras.ops.cast(self.output_embedding.logits(x), "float32")
+    logits = keras.ops.cast(self.output_embedding.logits(x), "float32")
+    if self.config.model.output_bias:
+      logits = logits + keras.ops.cast(self.output_bias, "float32")
+    return logits
 
   def named_weights(self) -> named_weights.Model:
     """Every weight of the model, by role (`layers/named_weights.py`)."""
@@ -157,7 +172,9 @@ class Transformer(keras.Model):
         self.source_positions.named_weights(),
         self.target_positions.named_weights(),
         self.encoder.named_weights(), self.decoder.named_weights(),
-        c.norm_position, c.layer_norm_epsilon)
+        c.norm_position, c.layer_norm_epsilon, c.positional_encoding,
+        c.activation, c.decoder_start,
+        self.output_bias if c.output_bias else None)
 
   def call(self, inputs, training=None):
     """Teacher forcing.

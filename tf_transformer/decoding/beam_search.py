@@ -149,26 +149,26 @@ class _Candidates(typing.NamedTuple):
   valid: tf.Tensor  # not grown from a dead (NEG_INF) placeholder
 
 
-def _grow_alive(logits, state, step, k, positions):
+def _grow_alive(logits, state, step, k, positions, never_output):
   """`_Candidates` of step `step` from the live hypotheses' next-token
   `logits` [batch * k, vocab] (float32).
 
   The best 2k continuations of each hypothesis hold the best 2k of its
   sentence: rank those only, and normalize only them (log-softmax is
   logits - logsumexp, whose maximum is the first of the row's best).
-  special_ids.NEVER_OUTPUT are never candidates: the best 2k others are
-  among a row's best 2k + 2 (their probability still counts in the
-  normalization, as in greedy decoding)."""
+  The `never_output` ids are never candidates: the best 2k others are
+  among a row's best 2k + len(never_output) (their probability still counts
+  in the normalization, as in greedy decoding)."""
   vocab = logits.shape[-1] or tf.shape(logits)[-1]  # a shortlist's varies
   per_row = (min if isinstance(vocab, int) else tf.minimum)(
-      2 * k + len(NEVER_OUTPUT), vocab)
+      2 * k + len(never_output), vocab)
   row_logits, row_ids = top_k(logits, per_row)
   row_max = row_logits[:, :1]
   log_normalizer = row_max + tf.math.log(
       tf.reduce_sum(tf.exp(logits - row_max), -1, keepdims=True))
   # (A lookup in a constant table: one kernel, where comparing with each
   # id and reducing took two.)
-  never = tf.gather(limits_lib.never_output(vocab), row_ids)
+  never = tf.gather(limits_lib.never_output(vocab, never_output), row_ids)
   row_log_probs = tf.where(never, NEG_INF, row_logits - log_normalizer)
   candidates = (tf.reshape(row_log_probs, [-1, k, per_row])
                 + tf.expand_dims(state.alive_log_probs, 2))
@@ -246,7 +246,8 @@ def _retire(state, output, done, k, select_cache):
 
 def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
                 max_length, beam_size=4, alpha=0.6, *, reorder_cache,
-                select_cache=None, cache_batch_axes=None):
+                select_cache=None, cache_batch_axes=None,
+                never_output=NEVER_OUTPUT):
   """Beam search with GNMT's length penalty (section 6.1).
 
   After each step the cache follows its hypotheses through `reorder_cache`
@@ -271,6 +272,8 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
       each new hypothesis comes from.
     select_cache: (cache, sentences [n]) -> the cache of those sentences.
     cache_batch_axes: the cache's structure with each entry's sentence axis.
+    never_output: ids never output (the model's
+      `special_ids.never_output(...)`).
   Returns:
     (ids [batch, beam, max_length], scores [batch, beam]), best first,
     scores log P(Y|X) / lp(Y).
@@ -284,7 +287,7 @@ def beam_search(symbols_to_logits, initial_cache, batch_size, limits,
   def step_fn(step, state, output):
     logits, cache = symbols_to_logits(state.last_tokens, step, state.cache)
     candidates = _grow_alive(tf.cast(logits, tf.float32), state, step, k,
-                             positions)
+                             positions, never_output)
     alive_seq, alive_log_probs, parents, last_tokens = _new_alive(
         candidates, k)
     penalty = penalties[step + 1]  # lp of the candidates' length

@@ -53,6 +53,10 @@ class Ensemble(tf.Module):
     if len(set(sizes)) > 1:
       raise ValueError(f"the members' vocabularies differ in size ({sizes}): "
                        "an ensemble's members must share one vocabulary")
+    starts = {m.config.model.decoder_start for m in members}
+    if len(starts) > 1:
+      raise ValueError(f"the members' decoder_start differ ({sorted(starts)}):"
+                       " an ensemble's members must share one vocabulary")
     self.members = members
     self.average = average
     # The member whose limits bind: a learned position table has no rows

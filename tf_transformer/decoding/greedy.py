@@ -13,6 +13,7 @@ from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import step as step_lib
 from tf_transformer.decoding.ensemble import step_of
+from tf_transformer import special_ids
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -88,6 +89,7 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
                                                 max_length_offset, max_length)
   weights = step_lib.read(decoder, step_weights, max_length)
   cache = decoder.initial_cache(weights, memory, max_length)
+  never = special_ids.never_output(decoder.config.model.decoder_start)
   if fixed_length:  # a [batch, max_length] PAD buffer: static shapes
     outputs = tf.fill([batch, max_length], PAD_ID)
     write = lambda outputs, step, chosen: tf.where(
@@ -107,9 +109,9 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
     if prefix is not None:
       logits = prefix_lib.force(logits, step, prefix)
     log_probs = tf.nn.log_softmax(logits)
-    # special_ids.NEVER_OUTPUT: never an output.
     allowed = tf.where(limits_lib.never_output(
-                           log_probs.shape[-1] or tf.shape(log_probs)[-1]),
+                           log_probs.shape[-1] or tf.shape(log_probs)[-1],
+                           never),
                        log_probs.dtype.min, log_probs)
     chosen = pick(allowed, step)
     chosen_log_prob = tf.gather(log_probs, chosen, batch_dims=1)

@@ -1,7 +1,7 @@
 """Section 6.1's maximum output length, shared by every search: each
 sentence's output has at most its source length + `max_length_offset`
 tokens (EOS included), and a search's buffers hold the batch's longest;
-and what else every search holds to: special_ids.NEVER_OUTPUT is never an
+and what else every search holds to: special_ids.never_output() is never an
 output, and sampling's settings."""
 
 import numpy as np
@@ -32,18 +32,19 @@ def output_limits(source_mask, max_length_offset, max_length=None):
   return limits, max_length
 
 
-def never_output(vocab_size):
-  """The tokens a search never outputs (special_ids.NEVER_OUTPUT).
+def never_output(vocab_size, ids=NEVER_OUTPUT):
+  """The tokens a search never outputs (special_ids.never_output()).
 
   Args:
     vocab_size: a Python int (the table is then a constant: a step looks its
       ids up with one gather, no kernel to build it) or a tensor.
+    ids: those tokens, the model's `special_ids.never_output(...)`.
   Returns:
     bool [vocab_size], True at those tokens.
   """
   if isinstance(vocab_size, int):
-    return tf.constant(np.isin(np.arange(vocab_size), NEVER_OUTPUT))
-  return tf.reduce_any(tf.one_hot(NEVER_OUTPUT, vocab_size, on_value=True,
+    return tf.constant(np.isin(np.arange(vocab_size), ids))
+  return tf.reduce_any(tf.one_hot(ids, vocab_size, on_value=True,
                                   off_value=False), axis=0)
 
 

@@ -30,6 +30,7 @@ from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
 from tf_transformer.decoding import step as step_lib
+from tf_transformer import special_ids
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
@@ -330,6 +331,8 @@ def _beam(model, source_ids, options, max_length=None, step_weights=None,
       symbols_to_logits, cache, batch_size, limits, max_length, beam_size,
       options.length_penalty_alpha, reorder_cache=reorder_cache,
       select_cache=select_cache if compact else None,
+      never_output=special_ids.never_output(
+          decoder.config.model.decoder_start),
       cache_batch_axes=dict(
           {"decoder": decoder.sentence_axes(cache["decoder"]),
            "source_mask": 0},

@@ -44,6 +44,8 @@ class Shape(typing.NamedTuple):
   epsilon: float
   final_norm: bool  # a normalization after the last layer (pre-norm)
   static: bool  # every shape static, for XLA (`decoding/cache.py`)
+  activation: str = "relu"  # the feed-forward's (config.ACTIVATIONS)
+  zero_start: bool = False  # position 0 embeds a zero vector, not BOS
 
 
 def shape_of(named, static=False) -> Shape:
@@ -60,26 +62,32 @@ def shape_of(named, static=False) -> Shape:
   return Shape(heads, attention.query.kernel.shape[-1] // heads,
                attention.value.kernel.shape[-1] // heads,
                named.norm_position, named.epsilon,
-               named.decoder.final_norm is not None, static)
+               named.decoder.final_norm is not None, static, named.activation,
+               named.decoder_start == "zero")
 
 
-def dense(x, kernel, bias, residual=None, relu=False):
-  """x kernel + bias [+ residual], ReLU'd if asked.
+_ACTIVATIONS = {"relu": tf.nn.relu, "swish": tf.nn.silu,
+                "gelu": lambda x: tf.nn.gelu(x, approximate=False)}
+
+
+def dense(x, kernel, bias, residual=None, activation=None):
+  """x kernel + bias [+ residual], activated if asked.
 
   One `_FusedMatMul`: the bias as `BiasAdd`, whose only consumer may be the
-  ReLU or the residual add, so that Grappler fuses them.
+  activation or the residual add, so that Grappler fuses them.
 
   Args:
     x: [rows, d_in].
     kernel, bias: [d_in, d_out] and [d_out].
     residual: [rows, d_out] added after, or None.
-    relu: apply max(0, .) (eq. 2's inner layer).
+    activation: None, or the feed-forward's (eq. 2's "relu", "swish",
+      "gelu"), as `layers.feed_forward.activate`.
   Returns:
     [rows, d_out].
   """
   y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
-  if relu:
-    y = tf.nn.relu(y)
+  if activation is not None:
+    y = _ACTIVATIONS[activation](y)
   return y if residual is None else tf.math.add_n([y, residual])
 
 
@@ -174,7 +182,8 @@ def layer_step(x, weights, cache, shape, plan, memory_mask, group):
                  weights.cross_output_bias, residual)
 
   def feed_forward(y, residual):
-    inner = dense(y, weights.inner_kernel, weights.inner_bias, relu=True)
+    inner = dense(y, weights.inner_kernel, weights.inner_bias,
+                  activation=shape.activation)
     return dense(inner, weights.outer_kernel, weights.outer_bias, residual)
 
   x = _sublayer(x, shape, weights.self_gamma, self_attention)
@@ -239,8 +248,10 @@ def decoder_step(weights, shape, ids, step, cache, source_mask):
   with tf.name_scope("decoder_step"):
     group = cache_lib.group_size(cache["layer_0"])
     # (Reshapes and broadcasting, not slices: no kernel of their own.)
-    x = (tf.gather(weights.embeddings, tf.reshape(ids, [-1]))
-         + tf.gather(weights.positions, step))
+    x = tf.gather(weights.embeddings, tf.reshape(ids, [-1]))
+    if shape.zero_start:  # (ModelConfig.decoder_start)
+      x *= tf.cast(step > 0, x.dtype)
+    x += tf.gather(weights.positions, step)
     ancestors, plan = cache_lib.plan_step(cache["ancestors"], step, group,
                                           shape.num_heads, shape.static)
     memory_mask = masks.key_padding_mask(source_mask)

@@ -175,7 +175,9 @@ def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
   if model.target_positions is not None:
     positions = tf.cast(model.target_positions, dtype)
   else:
-    positions = sinusoid_table(tf.range(max_positions), d_model, dtype)
+    positions = sinusoid_table(
+        tf.range(max_positions), d_model, dtype,
+        halves=model.positional_encoding == "sinusoidal_halves")
   post_norm = model.norm_position != "pre"
   beta, gamma = tf.zeros([d_model]), None
   layers = []
@@ -187,6 +189,7 @@ def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
     gamma = _f32(model.decoder.final_norm.gamma)
     beta = _f32(model.decoder.final_norm.beta)
   output_kernel = tf.transpose(_f32(model.output_embedding))
-  output = _Affine(output_kernel,
-                   tf.zeros(tf.shape(output_kernel)[1:])).fold(beta, gamma)
+  output_bias = (tf.zeros(tf.shape(output_kernel)[1:])
+                 if model.output_bias is None else _f32(model.output_bias))
+  output = _Affine(output_kernel, output_bias).fold(beta, gamma)
   return StepWeights(table, positions, tuple(layers), *output.cast(dtype))

@@ -27,8 +27,8 @@ class DecoderLayer(_TransformerBlock):
 
   Args:
     num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention: each layer's, as
-        `EncoderLayer`.
+        norm_position, layer_norm_epsilon, xla_attention, activation: each
+        layer's, as `EncoderLayer`.
   """
 
   def build(self, x_shape, memory_shape=None, self_attention_mask_shape=None,
@@ -94,8 +94,8 @@ class Decoder(_TransformerStack):
   Args:
     num_layers: N.
     num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention: each layer's, as
-        `EncoderLayer`.
+        norm_position, layer_norm_epsilon, xla_attention, activation: each
+        layer's, as `EncoderLayer`.
   """
 
   layer_class = DecoderLayer

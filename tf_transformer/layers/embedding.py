@@ -86,14 +86,18 @@ class SharedEmbedding(PolicyLayer):
             "d_model": self.d_model, "scale": self.scale}
 
 
-def sinusoid_table(positions, d_model, dtype="float32"):
-  """The sinusoidal encodings of section 3.5, sin and cos interleaved:
-  PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...).
+def sinusoid_table(positions, d_model, dtype="float32", halves=False):
+  """The sinusoidal encodings of section 3.5:
+  PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...),
+  sin and cos interleaved as in the paper; with `halves`, the same sines in
+  the first half of the dimensions and the same cosines in the second
+  (tensor2tensor, Marian).
 
   Args:
     positions: [length] positions (any number type).
     d_model: the model width.
     dtype: the table's dtype.
+    halves: [sin | cos] rather than interleaved.
   Returns:
     [length, d_model].
   """
@@ -101,9 +105,12 @@ def sinusoid_table(positions, d_model, dtype="float32"):
   positions = ops.cast(positions, "float32")[:, None]
   two_i = ops.arange(0, d_model, 2, dtype="float32")
   angles = positions / ops.power(10000.0, two_i / d_model)
-  # Interleave sin (even dimensions) and cos (odd dimensions) as in the paper.
-  table = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1),
-                      (-1, 2 * ((d_model + 1) // 2)))[:, :d_model]
+  if halves:
+    table = ops.concatenate([ops.sin(angles),
+                             ops.cos(angles[:, :d_model // 2])], axis=-1)
+  else:
+    table = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], -1),
+                        (-1, 2 * ((d_model + 1) // 2)))[:, :d_model]
   return ops.cast(table, dtype)
 
 
@@ -111,7 +118,14 @@ def sinusoid_table(positions, d_model, dtype="float32"):
 class SinusoidalPositionalEncoding(PolicyLayer):
   """Adds the fixed sinusoidal encoding of section 3.5 (no weights, any
   length).
+
+  Args:
+    halves: lay the encoding out as [sin | cos] (`sinusoid_table`).
   """
+
+  def __init__(self, halves=False, **kwargs):
+    super().__init__(**kwargs)
+    self.halves = halves
 
   def call(self, inputs, start=0):
     """Args:
@@ -121,11 +135,15 @@ class SinusoidalPositionalEncoding(PolicyLayer):
       inputs + PE[start:start + length].
     """
     positions = start + keras.ops.arange(keras.ops.shape(inputs)[1])
-    return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype)
+    return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype,
+                                   self.halves)
 
   def named_weights(self):
     """None: no table, the sinusoids of any position (`sinusoid_table`)."""
     return None
+
+  def get_config(self):
+    return {**super().get_config(), "halves": self.halves}
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -196,15 +214,17 @@ def positional_encoding(kind, max_length, name="positional_encoding",
   """The positional layer of a config (section 3.5, Table 3 row E).
 
   Args:
-    kind: "sinusoidal" or "learned".
+    kind: "sinusoidal", "sinusoidal_halves" or "learned"
+      (config.POSITIONAL_ENCODINGS).
     max_length: the learned table's rows.
     name, dtype: the layer's.
   Returns:
     A `SinusoidalPositionalEncoding` or a `LearnedPositionalEmbedding`.
   """
-  if kind == "sinusoidal":
-    return SinusoidalPositionalEncoding(name=name, dtype=dtype)
+  if kind in ("sinusoidal", "sinusoidal_halves"):
+    return SinusoidalPositionalEncoding(kind == "sinusoidal_halves",
+                                        name=name, dtype=dtype)
   if kind == "learned":
     return LearnedPositionalEmbedding(max_length, name=name, dtype=dtype)
-  raise ValueError(f"positional_encoding={kind!r}: expected 'sinusoidal' or "
-                   "'learned'")
+  raise ValueError(f"positional_encoding={kind!r}: expected 'sinusoidal', "
+                   "'sinusoidal_halves' or 'learned'")

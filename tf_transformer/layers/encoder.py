@@ -18,14 +18,15 @@ from tf_transformer.layers.residual import ResidualNorm
 
 def sublayer_arguments(num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
                        attention_dropout_rate=0.0, norm_position="post",
-                       layer_norm_epsilon=1e-6, xla_attention=True):
+                       layer_norm_epsilon=1e-6, xla_attention=True,
+                       activation="relu"):
   """The arguments an encoder or decoder layer takes, checked and complete."""
   return dict(num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
               dropout_rate=dropout_rate,
               attention_dropout_rate=attention_dropout_rate,
               norm_position=norm_position,
               layer_norm_epsilon=layer_norm_epsilon,
-              xla_attention=xla_attention)
+              xla_attention=xla_attention, activation=activation)
 
 
 class _TransformerBlock(PolicyLayer):
@@ -33,12 +34,14 @@ class _TransformerBlock(PolicyLayer):
 
   def __init__(self, num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
                attention_dropout_rate=0.0, norm_position="post",
-               layer_norm_epsilon=1e-6, xla_attention=True, **kwargs):
+               layer_norm_epsilon=1e-6, xla_attention=True, activation="relu",
+               **kwargs):
     super().__init__(**kwargs)
     self.arguments = sublayer_arguments(
         num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention)
-    self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward",
+        norm_position, layer_norm_epsilon, xla_attention, activation)
+    self.feed_forward = PositionwiseFeedForward(d_ff, activation,
+                                                name="feed_forward",
                                                 dtype=self.dtype_policy)
 
   def _attention(self, d_model, name):
@@ -87,6 +90,7 @@ class EncoderLayer(_TransformerBlock):
     norm_position: "post" (the paper's LayerNorm(x + Sublayer(x))) or "pre".
     layer_norm_epsilon: the LayerNorm's epsilon.
     xla_attention: whether the attention core runs compiled by XLA.
+    activation: the feed-forward's ("relu", eq. 2's; "swish", "gelu").
   """
 
   def build(self, x_shape, padding_mask_shape=None):
@@ -135,12 +139,12 @@ class _TransformerStack(PolicyLayer):
   def __init__(self, num_layers, num_heads, d_ff, d_k=None, d_v=None,
                dropout_rate=0.1, attention_dropout_rate=0.0,
                norm_position="post", layer_norm_epsilon=1e-6,
-               xla_attention=True, **kwargs):
+               xla_attention=True, activation="relu", **kwargs):
     super().__init__(**kwargs)
     self.num_layers = num_layers
     self.arguments = sublayer_arguments(
         num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention)
+        norm_position, layer_norm_epsilon, xla_attention, activation)
     # One attribute per layer: tf.train.Checkpoint does not see layers
     # kept in a list attribute of a Keras 3 layer.
     for i in range(num_layers):
@@ -174,8 +178,8 @@ class Encoder(_TransformerStack):
   Args:
     num_layers: N.
     num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention: each layer's, as
-        `EncoderLayer`.
+        norm_position, layer_norm_epsilon, xla_attention, activation: each
+        layer's, as `EncoderLayer`.
   """
 
   layer_class = EncoderLayer

@@ -16,8 +16,9 @@ _CACHE_LINE_BYTES = 64
 
 def inner_padding(d_ff, dtype):
   """Zero units to add to the inner layer so that its rows are not a
-  multiple of 512 bytes apart. The padded units compute max(0, x 0 + 0) = 0
-  and W_2's padded rows are 0, so FFN(x) is the same.
+  multiple of 512 bytes apart. The padded units compute act(x 0 + 0) = 0
+  (relu, swish and gelu of 0 are 0) and W_2's padded rows are 0, so FFN(x)
+  is the same.
 
   Args:
     d_ff: the inner width.
@@ -41,10 +42,30 @@ def padded_weights(w1, b1, w2, padding):
           pad(w2, [[0, padding], [0, 0]]))
 
 
+def activate(x, activation):
+  """The inner layer's activation: "relu", eq. 2's max(0, x); "swish",
+  x sigmoid(x) (SiLU); "gelu", x Phi(x), exact (erf), as Transformers'.
+
+  Args:
+    x: a tensor.
+    activation: one of config.ACTIVATIONS.
+  Returns:
+    x's shape and dtype.
+  """
+  if activation == "relu":
+    return keras.ops.relu(x)
+  if activation == "swish":
+    return keras.ops.silu(x)
+  if activation == "gelu":
+    return keras.ops.gelu(x, approximate=False)
+  raise ValueError(f"activation={activation!r}: expected 'relu', 'swish' "
+                   "or 'gelu'")
+
+
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class PositionwiseFeedForward(PolicyLayer):
   """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2), applied to each
-  position alike.
+  position alike; with another `activation`, act(x W_1 + b_1) W_2 + b_2.
 
   The weights are two `Dense` layers, `inner` and `outer`; the product runs
   on W_1 and W_2 padded with `inner_padding` zero units (the same function,
@@ -52,12 +73,14 @@ class PositionwiseFeedForward(PolicyLayer):
 
   Args:
     d_ff: the inner layer's width; the output has the input's d_model.
+    activation: "relu" (eq. 2), "swish" or "gelu" (`activate`).
   """
 
-  def __init__(self, d_ff, **kwargs):
+  def __init__(self, d_ff, activation="relu", **kwargs):
     super().__init__(**kwargs)
     self.d_ff = d_ff
-    self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner",
+    self.activation = activation
+    self.inner = keras.layers.Dense(d_ff, activation=activation, name="inner",
                                     dtype=self.dtype_policy)
     self.outer = None
 
@@ -80,7 +103,7 @@ class PositionwiseFeedForward(PolicyLayer):
         cast(self.outer.kernel), inner_padding(self.d_ff, dtype))
     # keras.ops.matmul as `Dense` calls it: under TensorFlow a rank-3 x
     # becomes one 2-D MatMul (tf.matmul would broadcast a BatchMatMulV2).
-    inner = keras.ops.relu(keras.ops.matmul(x, w1) + b1)
+    inner = activate(keras.ops.matmul(x, w1) + b1, self.activation)
     return keras.ops.matmul(inner, w2) + cast(self.outer.bias)
 
   def named_weights(self) -> named_weights.FeedForward:
@@ -90,4 +113,5 @@ class PositionwiseFeedForward(PolicyLayer):
         named_weights.Affine(self.outer.kernel, self.outer.bias))
 
   def get_config(self):
-    return {**super().get_config(), "d_ff": self.d_ff}
+    return {**super().get_config(), "d_ff": self.d_ff,
+            "activation": self.activation}

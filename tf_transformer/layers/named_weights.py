@@ -61,9 +61,12 @@ class Model(typing.NamedTuple):
   """The whole Transformer (section 3): embeddings [vocab, d_model] (one
   matrix three times when shared, 3.4), each multiplied by
   `embedding_scale`; learned position tables [rows, d_model], or None for
-  the sinusoids of section 3.5; both stacks; the residual connections'
-  `norm_position` ("post", the paper's, or "pre") and normalization
-  `epsilon`."""
+  the sinusoids of section 3.5 (`positional_encoding` says which layout);
+  both stacks; the residual connections' `norm_position` ("post", the
+  paper's, or "pre") and normalization `epsilon`; the feed-forward's
+  `activation`; `decoder_start` ("bos", or "zero": the first target
+  position embeds a zero vector); the logits' `output_bias` [vocab] or
+  None."""
   source_embedding: typing.Any
   target_embedding: typing.Any
   output_embedding: typing.Any
@@ -74,3 +77,7 @@ class Model(typing.NamedTuple):
   decoder: Stack
   norm_position: str
   epsilon: float
+  positional_encoding: str = "sinusoidal"
+  activation: str = "relu"
+  decoder_start: str = "bos"
+  output_bias: typing.Any = None

@@ -83,18 +83,23 @@ def _set_layer(spec, layer):
   _set_norm(spec.ffn.layer_norm, layer.feed_forward_norm)
 
 
-def _positions(table, d_model, max_length):
-  """A learned table as it is, or the sinusoids as rows."""
+def _positions(table, d_model, max_length, kind):
+  """A learned table as it is, or the sinusoids (`kind`'s layout) as rows."""
   if table is not None:
     return np.asarray(table)
   rows = max(SINUSOID_ROWS, max_length)
-  return sinusoid_table(np.arange(rows), d_model).numpy()
+  return sinusoid_table(np.arange(rows), d_model,
+                        halves=kind == "sinusoidal_halves").numpy()
 
 
 def sentencepiece_pieces(model_proto):
   """Every piece of a SentencePiece model, in id order."""
   processor = spm.SentencePieceProcessor(model_proto=model_proto)
   return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+# Our activations (config.ACTIVATIONS) by CTranslate2's names.
+_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 
 
 def build_spec(model, vocabulary):
@@ -112,7 +117,8 @@ def build_spec(model, vocabulary):
                      "size for keys and values")
   sizes = dict(num_layers=len(named.encoder.layers), num_heads=heads,
                pre_norm=named.norm_position == "pre",
-               activation=common_spec.Activation.RELU)
+               activation=getattr(common_spec.Activation,
+                                  _ACTIVATIONS[named.activation]))
   if d_k * heads != config.d_model:
     sizes["head_dim"] = d_k
   spec = transformer_spec.TransformerSpec(
@@ -122,10 +128,15 @@ def build_spec(model, vocabulary):
   encoder.embeddings[0].weight = np.asarray(named.source_embedding)
   decoder.embeddings.weight = np.asarray(named.target_embedding)
   decoder.projection.weight = np.asarray(named.output_embedding)
+  if named.output_bias is not None:
+    decoder.projection.bias = np.asarray(named.output_bias)
+  decoder.start_from_zero_embedding = named.decoder_start == "zero"
   encoder.position_encodings.encodings = _positions(
-      named.source_positions, config.d_model, config.max_length)
+      named.source_positions, config.d_model, config.max_length,
+      named.positional_encoding)
   decoder.position_encodings.encodings = _positions(
-      named.target_positions, config.d_model, config.max_length)
+      named.target_positions, config.d_model, config.max_length,
+      named.positional_encoding)
   for layer_spec, layer in zip(encoder.layer, named.encoder.layers):
     _set_layer(layer_spec, layer)
   for layer_spec, layer in zip(decoder.layer, named.decoder.layers):
