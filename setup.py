@@ -48,12 +48,20 @@ setuptools.setup(
         # bin/export.py --format=ctranslate2 and translating with its output:
         # CTranslate2, the C++ engine OpenNMT-tf users serve with.
         "ctranslate2": ["ctranslate2>=4.5,<5"],
+        # Importing published Marian / OPUS-MT models
+        # (serving/marian_import.py): safetensors, the format Transformers
+        # saves them in.
+        "marian": ["safetensors>=0.4"],
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
         # jax (its CPU build): Keras' JAX backend, on which the layers and
         # the model's training path are tested too (tests/test_backends.py).
+        # torch (its CPU build, pinned) and transformers: the reference an
+        # imported MarianMTModel is tested against
+        # (tests/test_marian_import.py).
         "test": ["pytest>=8", "pytest-xdist>=3.5",
                  "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8",
-                 "ctranslate2>=4.5,<5", "jax>=0.5"],
+                 "ctranslate2>=4.5,<5", "jax>=0.5", "safetensors>=0.4",
+                 "torch==2.13.0", "transformers>=5,<6"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,0 +1,177 @@
+"""A Transformers `MarianMTModel` imported (serving/marian_import.py) is the
+same model: teacher-forced log-probabilities, greedy and beam outputs equal
+Transformers' own on a tiny random model saved with `save_pretrained`, for
+each activation, shared and separate embeddings; what it cannot represent
+is refused in one line. Needs torch and transformers (the [test] extra)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import torch
+import transformers
+
+from tf_transformer import special_ids
+from tf_transformer.decoding import search
+from tf_transformer.serving import marian_import
+
+VOCAB = 60
+PAD, EOS, UNK = VOCAB - 1, 0, 1  # Marian's layout: </s> 0, <unk> 1, <pad> last
+# Float32 rounding of two engines that sum in different orders: log-softmax
+# values are differences of logits of magnitude ~10 (eps 1.2e-7 each, a few
+# hundred terms a dot product), well inside 1e-5.
+LOG_PROB_BOUND = 1e-5
+
+
+def _save(directory, activation="swish", share=True, **overrides):
+  """A tiny random MarianMTModel with OPUS-MT's settings, its weights
+  spread so that its outputs are far from uniform, saved as
+  `save_pretrained` does, with a vocab.json."""
+  torch.manual_seed(0)
+  config = transformers.MarianConfig(**dict(dict(
+      vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=16,
+      encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+      decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+      max_position_embeddings=64, pad_token_id=PAD, eos_token_id=EOS,
+      decoder_start_token_id=PAD, activation_function=activation,
+      scale_embedding=True, share_encoder_decoder_embeddings=share),
+      **overrides))
+  model = transformers.MarianMTModel(config).eval()
+  with torch.no_grad():
+    model.final_logits_bias.normal_()
+    for p in model.parameters():
+      if p.requires_grad:  # (the sinusoids are frozen parameters)
+        p.add_(torch.randn_like(p) * 0.3)
+    model.model.decoder.embed_tokens.weight[PAD] = 0  # as OPUS-MT's
+    model.model.encoder.embed_tokens.weight[PAD] = 0
+  model.save_pretrained(directory)
+  vocab = {"</s>": EOS, "<unk>": UNK, "<pad>": PAD,
+           **{f"p{i}": i for i in range(2, VOCAB - 1)}}
+  with open(os.path.join(directory, "vocab.json"), "w") as f:
+    json.dump(vocab, f)
+  return model
+
+
+def _pairs(count, seed=0):
+  rng = np.random.default_rng(seed)
+  for _ in range(count):
+    source = np.append(rng.integers(2, PAD, rng.integers(2, 12)), EOS)
+    target = np.append(rng.integers(1, PAD, rng.integers(1, 12)), EOS)
+    yield source, target
+
+
+def _log_softmax(logits):
+  return tf.nn.log_softmax(logits).numpy()
+
+
+@pytest.mark.parametrize("activation,share", [
+    ("swish", True), ("relu", True), ("gelu", True), ("swish", False)])
+def test_log_probs_equal_transformers(tmp_path, activation, share):
+  theirs_model = _save(str(tmp_path), activation, share)
+  imported = marian_import.from_transformers(str(tmp_path))
+  ours_id = np.argsort(imported.order)  # published id -> ours
+  worst = 0.0
+  for source, target in _pairs(50):
+    with torch.no_grad():
+      logits = theirs_model(input_ids=torch.tensor(source[None]),
+                            labels=torch.tensor(target[None])).logits
+    theirs = torch.log_softmax(logits, -1)[0].numpy()
+    decoder_input = np.concatenate([[special_ids.BOS_ID],
+                                    ours_id[target[:-1]]])
+    ours = _log_softmax(imported.model(
+        (ours_id[source][None], decoder_input[None])))[0]
+    worst = max(worst, np.abs(ours[:, ours_id] - theirs).max())
+  assert worst < LOG_PROB_BOUND
+  assert bool(imported.notes) == (not share)
+
+
+def _generate(model, source, **kwargs):
+  with torch.no_grad():
+    out = model.generate(torch.tensor(source[None]), do_sample=False,
+                         bad_words_ids=[[PAD]], forced_eos_token_id=None,
+                         max_new_tokens=len(source) + 10, **kwargs)
+  ids = out[0, 1:].numpy()  # after the decoder start
+  return list(ids[ids != PAD])
+
+
+def _ours(imported, source, **options):
+  ours_id = np.argsort(imported.order)
+  ids, _ = search.decode(imported.model, tf.constant(ours_id[source][None]),
+                         search.DecodingOptions(max_decode_length_offset=10,
+                                                **options))
+  ids = ids.numpy()[0, 0]
+  return list(imported.order[ids[ids != special_ids.PAD_ID]])
+
+
+def test_greedy_and_beam_equal_transformers(tmp_path):
+  theirs_model = _save(str(tmp_path))
+  imported = marian_import.from_transformers(str(tmp_path))
+  greedy_same = beam_same = 0
+  sources = [source for source, _ in _pairs(40, seed=1)]
+  for source in sources:
+    greedy_same += _generate(theirs_model, source, num_beams=1) == _ours(
+        imported, source, method="greedy")
+    beam_same += _generate(theirs_model, source, num_beams=4,
+                           length_penalty=0.0, early_stopping=True) == _ours(
+                               imported, source, beam_size=4,
+                               length_penalty_alpha=0.0)
+  assert greedy_same == len(sources)
+  assert beam_same >= 0.95 * len(sources)
+
+
+def test_output_piece_at_bos_id_is_generated(tmp_path):
+  """With a zero-vector start, BOS_ID holds an ordinary piece that a search
+  may output (Marian's first piece after its specials)."""
+  _save(str(tmp_path))
+  imported = marian_import.from_transformers(str(tmp_path))
+  assert imported.order[special_ids.BOS_ID] == 2
+  assert special_ids.never_output(
+      imported.model.config.model.decoder_start) == (special_ids.PAD_ID,)
+  named = imported.model.named_weights()
+  bias = named.output_bias.numpy()
+  bias[:] = -10.0
+  bias[special_ids.BOS_ID] = 10.0  # the piece at BOS_ID most likely
+  named.output_bias.assign(bias)
+  ids, _ = search.decode(imported.model, tf.constant([[5, 6, special_ids.EOS_ID]]),
+                         search.DecodingOptions(method="greedy",
+                                                max_decode_length_offset=2))
+  assert special_ids.BOS_ID in ids.numpy()[0, 0].tolist()
+
+
+@pytest.mark.parametrize("change,needle", [
+    (dict(model_type="bart"), "model_type='bart'"),
+    (dict(scale_embedding=False), "scale_embedding=False"),
+    (dict(normalize_before=True), "normalize_before=True"),
+    (dict(activation_function="tanh"), "activation_function='tanh'"),
+    (dict(decoder_layers=1), "encoder_layers=2 and decoder_layers=1"),
+])
+def test_refusals_name_the_setting(tmp_path, change, needle):
+  _save(str(tmp_path))
+  path = tmp_path / "config.json"
+  config = json.loads(path.read_text())
+  config.update(change)
+  path.write_text(json.dumps(config))
+  with pytest.raises(ValueError) as error:
+    marian_import.from_transformers(str(tmp_path))
+  assert needle in str(error.value)
+  assert len(str(error.value).splitlines()) == 1
+
+
+def test_bad_files_are_refused(tmp_path):
+  _save(str(tmp_path))
+  weights = tmp_path / "model.safetensors"
+  weights.write_bytes(weights.read_bytes()[:1000])
+  with pytest.raises(ValueError, match="model.safetensors: unreadable"):
+    marian_import.from_transformers(str(tmp_path))
+  vocab = json.loads((tmp_path / "vocab.json").read_text())
+  del vocab["p7"]
+  (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+  with pytest.raises(ValueError, match="vocab.json: 59 pieces, but "
+                     "config.json's vocab_size is 60"):
+    marian_import.from_transformers(str(tmp_path))
+  (tmp_path / "vocab.json").unlink()
+  with pytest.raises(ValueError, match="vocab.json: missing"):
+    marian_import.from_transformers(str(tmp_path))
