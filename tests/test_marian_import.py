@@ -26,17 +26,19 @@ PAD, EOS, UNK = VOCAB - 1, 0, 1  # Marian's layout: </s> 0, <unk> 1, <pad> last
 LOG_PROB_BOUND = 1e-5
 
 
-def _save(directory, activation="swish", share=True, **overrides):
-  """A tiny random MarianMTModel with OPUS-MT's settings, its weights
-  spread so that its outputs are far from uniform, saved as
+def _save(directory, activation="swish", share=True, vocab_size=VOCAB,
+          **overrides):
+  """A tiny random MarianMTModel with OPUS-MT's settings (<pad> last), its
+  weights spread so that its outputs are far from uniform, saved as
   `save_pretrained` does, with a vocab.json."""
   torch.manual_seed(0)
+  pad = vocab_size - 1
   config = transformers.MarianConfig(**dict(dict(
-      vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=16,
+      vocab_size=vocab_size, decoder_vocab_size=vocab_size, d_model=16,
       encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
       decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
-      max_position_embeddings=64, pad_token_id=PAD, eos_token_id=EOS,
-      decoder_start_token_id=PAD, activation_function=activation,
+      max_position_embeddings=64, pad_token_id=pad, eos_token_id=EOS,
+      decoder_start_token_id=pad, activation_function=activation,
       scale_embedding=True, share_encoder_decoder_embeddings=share),
       **overrides))
   model = transformers.MarianMTModel(config).eval()
@@ -45,11 +47,11 @@ def _save(directory, activation="swish", share=True, **overrides):
     for p in model.parameters():
       if p.requires_grad:  # (the sinusoids are frozen parameters)
         p.add_(torch.randn_like(p) * 0.3)
-    model.model.decoder.embed_tokens.weight[PAD] = 0  # as OPUS-MT's
-    model.model.encoder.embed_tokens.weight[PAD] = 0
+    model.model.decoder.embed_tokens.weight[pad] = 0  # as OPUS-MT's
+    model.model.encoder.embed_tokens.weight[pad] = 0
   model.save_pretrained(directory)
-  vocab = {"</s>": EOS, "<unk>": UNK, "<pad>": PAD,
-           **{f"p{i}": i for i in range(2, VOCAB - 1)}}
+  vocab = {"</s>": EOS, "<unk>": UNK, "<pad>": pad,
+           **{f"p{i}": i for i in range(2, pad)}}
   with open(os.path.join(directory, "vocab.json"), "w") as f:
     json.dump(vocab, f)
   return model
@@ -175,3 +177,98 @@ def test_bad_files_are_refused(tmp_path):
   (tmp_path / "vocab.json").unlink()
   with pytest.raises(ValueError, match="vocab.json: missing"):
     marian_import.from_transformers(str(tmp_path))
+
+
+SENTENCES = ["the cat sat on the mat", "a dog ran in the park",
+             "the bird sang a song", "two cats and a dog", "a red ball",
+             "the park is green", "she reads a book", "the sun is hot"] * 4
+
+
+def _spm(sentences):
+  import io  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(sentences), model_writer=model, vocab_size=40,
+      model_type="unigram", hard_vocab_limit=False, minloglevel=2)
+  return model.getvalue()
+
+
+def _save_with_tokenizer(directory):
+  """`_save`'s model with OPUS-MT's tokenizer files: source.spm,
+  target.spm and a joint vocab.json of their pieces (Marian's order)."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  protos = {"source.spm": _spm(SENTENCES),
+            "target.spm": _spm([s.upper() for s in SENTENCES])}
+  pieces = []
+  for proto in protos.values():
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    pieces += [processor.id_to_piece(i)
+               for i in range(processor.get_piece_size())
+               if not (processor.is_control(i) or processor.is_unknown(i))]
+  pieces = sorted(set(pieces))
+  vocab = {"</s>": 0, "<unk>": 1,
+           **{p: i + 2 for i, p in enumerate(pieces)}}
+  vocab["<pad>"] = len(vocab)
+  model = _save(directory, vocab_size=len(vocab))
+  for name, proto in protos.items():
+    with open(os.path.join(directory, name), "wb") as f:
+      f.write(proto)
+  with open(os.path.join(directory, "vocab.json"), "w") as f:
+    json.dump(vocab, f)
+  return model, vocab
+
+
+def test_imported_run_translates_text_as_transformers(tmp_path):
+  """bin/import_model.py writes a run; its SavedModel (text in,
+  translation out, the Marian tokenizer in the graph) translates as
+  Transformers' MarianTokenizer + generate, greedy, and scores targets cut
+  by the target language's SentencePiece model."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  published = tmp_path / "published"
+  published.mkdir()
+  theirs_model, vocab = _save_with_tokenizer(str(published))
+  tokenizer = transformers.MarianTokenizer(
+      str(published / "source.spm"), str(published / "target.spm"),
+      str(published / "vocab.json"))
+  run = tmp_path / "run"
+  result = subprocess.run(
+      [sys.executable, "bin/import_model.py", f"--from={published}",
+       f"--model_dir={run}"], capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr
+  assert f"wrote {run}" in result.stdout
+  again = subprocess.run(
+      [sys.executable, "bin/import_model.py", f"--from={published}",
+       f"--model_dir={run}"], capture_output=True, text=True, check=False)
+  assert again.returncode == 2
+  assert "exists" in again.stderr.strip().splitlines()[-1]
+  export = Runner(str(run)).export(str(tmp_path / "export"),
+                                   method="greedy",
+                                   max_decode_length_offset=8)
+  serve = tf.saved_model.load(export).signatures["serving_default"]
+  texts = SENTENCES[:8] + ["the cat ran", "a zebra!"]
+  ours = [t.decode() for t in serve(text=tf.constant(texts))[
+      "translation"].numpy()]
+  for text, translation in zip(texts, ours):
+    encoded = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+      out = theirs_model.generate(
+          **encoded, do_sample=False, num_beams=1,
+          bad_words_ids=[[vocab["<pad>"]]], forced_eos_token_id=None,
+          max_new_tokens=encoded["input_ids"].shape[1] + 8)
+    assert translation == tokenizer.decode(out[0], skip_special_tokens=True)
+  # Scored targets are cut by the target language's SentencePiece model.
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  target_spm = spm.SentencePieceProcessor(
+      model_file=str(published / "target.spm"))
+  targets = ["THE CAT SAT", "A DOG RAN IN THE PARK"]
+  scored = tf.saved_model.load(export).signatures["score"](
+      source=tf.constant(texts[:2]), target=tf.constant(targets))
+  assert scored["lengths"].numpy().tolist() == [
+      len(target_spm.encode(t)) + 1 for t in targets]
+  assert np.all(np.isfinite(scored["log_prob"].numpy()))
+  with pytest.raises(ValueError, match="--format=ctranslate2: an imported "
+                     "Marian run does not export to CTranslate2 yet"):
+    Runner(str(run)).export(str(tmp_path / "ct2"), format="ctranslate2")

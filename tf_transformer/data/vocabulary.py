@@ -20,6 +20,7 @@ import tensorflow_text as tf_text
 
 from tf_transformer import special_ids
 from tf_transformer.data import errors
+from tf_transformer.data import marian_vocabulary
 from tf_transformer.data.errors import DataError
 
 FILENAME = "vocabulary.model"
@@ -76,8 +77,11 @@ class Vocabulary:
 
   @classmethod
   def load(cls, path: str) -> "Vocabulary":
-    """From a `.model` file, or a directory holding `vocabulary.model`."""
+    """From a `.model` file, or a directory holding `vocabulary.model`; an
+    imported Marian model's directory gives its `MarianVocabulary`."""
     if tf.io.gfile.isdir(path):
+      if marian_vocabulary.is_marian(path):
+        return marian_vocabulary.MarianVocabulary.load(path)
       path = os.path.join(path, FILENAME)
     if not tf.io.gfile.exists(path):
       raise DataError(f"{path}: no SentencePiece vocabulary; build one with "

@@ -36,7 +36,7 @@ def token_log_probs(model, source_ids, labels):
 
 
 def score_texts(model, tokenizer, source, target, max_input_tokens,
-                max_target_tokens):
+                max_target_tokens, target_tokenizer=None):
   """The log-probability of each target string given its source.
 
   Sources are cut to `max_input_tokens` subwords as the translation
@@ -48,6 +48,8 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
     tokenizer: the in-graph SentencePiece tokenizer.
     source, target: [batch] strings, the same count.
     max_input_tokens, max_target_tokens: the cuts.
+    target_tokenizer: the target's, where the languages have their own
+      (an imported Marian model's); None: `tokenizer`.
   Returns:
     {"log_prob" [batch], "token_log_probs" [batch, T], "lengths" [batch]
     int32, the scored tokens, EOS included}.
@@ -55,7 +57,8 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
   source_ids = sequences.source_ids(tokenizer, source,
                                     max_input_tokens).to_tensor()
   labels = sequences.labels(
-      sequences.subwords(tokenizer, target)[:, :max_target_tokens])
+      sequences.subwords(target_tokenizer or tokenizer,
+                         target)[:, :max_target_tokens])
   values = token_log_probs(model, source_ids, labels)
   return {"log_prob": tf.reduce_sum(values, axis=1),
           "token_log_probs": values,

@@ -21,8 +21,8 @@ import typing
 
 import numpy as np
 
-from tf_transformer import special_ids
 from tf_transformer.config import TransformerConfig
+from tf_transformer.data.marian_vocabulary import vocabulary_order
 
 CONFIG = "config.json"
 VOCABULARY = "vocab.json"
@@ -113,26 +113,6 @@ def model_config(hf, path):
                  "applied when this model is fine-tuned (no such dropout "
                  "here)")
   return fields, tuple(notes)
-
-
-def vocabulary_order(vocab_size, pad, unk, eos):
-  """Our id -> the published model's id: its <pad>, <unk> and </s> at
-  PAD_ID, UNK_ID and EOS_ID, every other piece in its order in the ids left
-  (BOS_ID the first of them).
-
-  Args:
-    vocab_size: the vocabulary's size.
-    pad, unk, eos: the published model's ids of those.
-  Returns:
-    int64 [vocab_size], a permutation.
-  """
-  if len({pad, unk, eos}) < 3:
-    raise ValueError(f"<pad>={pad}, <unk>={unk} and </s>={eos} must differ")
-  fixed = {special_ids.PAD_ID: pad, special_ids.UNK_ID: unk,
-           special_ids.EOS_ID: eos}
-  others = iter(sorted(set(range(vocab_size)) - set(fixed.values())))
-  return np.array([fixed[i] if i in fixed else next(others)
-                   for i in range(vocab_size)], np.int64)
 
 
 def read_weights(directory):

@@ -101,6 +101,10 @@ class TranslationModule(tf.Module):
     model = without_xla_attention(model)
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
+    # Prefixes and scored targets are target text: an imported Marian
+    # model cuts them with its target language's SentencePiece model.
+    self.target_tokenizer = getattr(self.tokenizer, "target", None) or (
+        self.tokenizer)
     if model.config.model.positional_encoding == "learned":
       # A learned table has no rows past max_length.
       max_input_tokens = min(max_input_tokens,
@@ -251,7 +255,7 @@ class TranslationModule(tf.Module):
 
     def search():
       forced = prefix_lib.from_ragged(sequences.subwords(
-          self.tokenizer, prefix)[:, :self.max_output_tokens])
+          self.target_tokenizer, prefix)[:, :self.max_output_tokens])
       ids, scores = self._search(self._encode(text), forced)
       return self.tokenizer.detokenize(ids[:, 0]), scores[:, 0]
     translation, score = self._if_not_empty(
@@ -275,8 +279,7 @@ class TranslationModule(tf.Module):
              "lengths": tf.zeros([0], tf.int32)}
     return self._if_not_empty(source, lambda: scoring.score_texts(
         self.model, self.tokenizer, source, target, self.max_input_tokens,
-        self.max_output_tokens),
-                              empty)
+        self.max_output_tokens, self.target_tokenizer), empty)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def source_ids(self, text):

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+r"""Imports a published Marian model (OPUS-MT, as a Transformers
+MarianMTModel directory) as a run directory that bin/export.py,
+bin/translate.py, bin/evaluate.py and bin/score.py take
+(`tf_transformer/serving/marian_import.py`, docs/serving.md).
+
+  bin/import_model.py --from=opus-mt-en-de --model_dir=runs/opus-mt-en-de
+  bin/export.py --model_dir=runs/opus-mt-en-de --export_dir=saved_models/en-de
+
+--from holds config.json, model.safetensors (or pytorch_model.bin, read
+only where torch is installed), vocab.json, source.spm and target.spm.
+What the model cannot hold exactly is refused in one line naming the
+setting; nothing is written then.
+"""
+
+import sys
+
+from absl import flags
+
+from tf_transformer import command
+from tf_transformer.run.import_run import import_marian
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("from", None, "The published model's directory "
+                    "(a Transformers MarianMTModel: config.json, "
+                    "model.safetensors, vocab.json, source.spm, target.spm).")
+flags.DEFINE_string("model_dir", None, "The run directory to write (must "
+                    "not exist).")
+flags.mark_flag_as_required("from")
+flags.mark_flag_as_required("model_dir")
+
+
+def main(argv):
+  del argv
+  try:
+    result = import_marian(getattr(FLAGS, "from"), FLAGS.model_dir)
+  except (ValueError, FileNotFoundError, FileExistsError) as e:
+    print(f"import_model: error: {e}", file=sys.stderr)
+    return 2
+  for note in result["notes"]:
+    print(f"import_model: note: {note}", file=sys.stderr)
+  print(f"imported {result['parameters']:,} parameters in "
+        f"{result['seconds']:.1f} s")
+  print(f"wrote {result['model_dir']}")
+  return 0
+
+
+if __name__ == "__main__":
+  command.run(main)

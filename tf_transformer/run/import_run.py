@@ -1,0 +1,55 @@
+"""A published model turned into a run directory that every command takes
+(`bin/import_model.py`): config.json, the checkpoint ckpt-1 and the
+vocabulary (`data/marian_vocabulary.py`), written under a temporary name
+and renamed, so a failed import leaves nothing."""
+
+import os
+import shutil
+import time
+
+import tensorflow as tf
+
+from tf_transformer.data.marian_vocabulary import MarianVocabulary
+from tf_transformer.run import run_dir
+from tf_transformer.serving import marian_import
+
+
+def import_marian(source_dir, model_dir):
+  """Imports a Transformers MarianMTModel directory as run `model_dir`.
+
+  Args:
+    source_dir: config.json, model.safetensors (or pytorch_model.bin),
+      vocab.json, source.spm and target.spm.
+    model_dir: the run directory to write; it must not exist.
+  Returns:
+    {"model_dir", "parameters", "seconds", "notes"}.
+  Raises:
+    ValueError (DataError among them) naming the file and the setting;
+    FileExistsError where `model_dir` exists.
+  """
+  started = time.perf_counter()
+  if not tf.io.gfile.isdir(source_dir):
+    raise FileNotFoundError(f"--from={source_dir}: no such directory")
+  if tf.io.gfile.exists(model_dir):
+    raise FileExistsError(f"--model_dir={model_dir}: exists; an import "
+                          "writes a new run directory")
+  vocabulary = MarianVocabulary.from_files(source_dir)
+  imported = marian_import.from_transformers(source_dir)
+  if list(vocabulary.order) != list(imported.order):
+    raise ValueError(f"{source_dir}: vocab.json and config.json disagree "
+                     "on the special pieces")
+  tmp = model_dir.rstrip("/") + ".importing"
+  shutil.rmtree(tmp, ignore_errors=True)
+  try:
+    run_dir.save(tmp, imported.model.config)
+    vocabulary.save(tmp)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=imported.model),
+                               tmp, max_to_keep=1).save()
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  os.rename(tmp, model_dir)
+  return {"model_dir": model_dir,
+          "parameters": imported.model.count_params(),
+          "seconds": time.perf_counter() - started,
+          "notes": imported.notes}
