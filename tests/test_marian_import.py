@@ -99,27 +99,32 @@ def _generate(model, source, **kwargs):
   return list(ids[ids != PAD])
 
 
-def _ours(imported, source, **options):
+def _ours(imported, sources, **options):
+  """Our search's outputs for `sources` (published ids), decoded as one
+  padded batch, in published ids."""
   ours_id = np.argsort(imported.order)
-  ids, _ = search.decode(imported.model, tf.constant(ours_id[source][None]),
+  batch = np.zeros([len(sources), max(map(len, sources))], np.int32)
+  for row, source in zip(batch, sources):
+    row[:len(source)] = ours_id[source]
+  ids, _ = search.decode(imported.model, tf.constant(batch),
                          search.DecodingOptions(max_decode_length_offset=10,
                                                 **options))
-  ids = ids.numpy()[0, 0]
-  return list(imported.order[ids[ids != special_ids.PAD_ID]])
+  return [list(imported.order[row[row != special_ids.PAD_ID]])
+          for row in ids.numpy()[:, 0]]
 
 
 def test_greedy_and_beam_equal_transformers(tmp_path):
   theirs_model = _save(str(tmp_path))
   imported = marian_import.from_transformers(str(tmp_path))
-  greedy_same = beam_same = 0
   sources = [source for source, _ in _pairs(40, seed=1)]
-  for source in sources:
-    greedy_same += _generate(theirs_model, source, num_beams=1) == _ours(
-        imported, source, method="greedy")
+  greedy = _ours(imported, sources, method="greedy")
+  beam = _ours(imported, sources, beam_size=4, length_penalty_alpha=0.0)
+  greedy_same = beam_same = 0
+  for source, ours_greedy, ours_beam in zip(sources, greedy, beam):
+    greedy_same += _generate(theirs_model, source, num_beams=1) == ours_greedy
     beam_same += _generate(theirs_model, source, num_beams=4,
-                           length_penalty=0.0, early_stopping=True) == _ours(
-                               imported, source, beam_size=4,
-                               length_penalty_alpha=0.0)
+                           length_penalty=0.0,
+                           early_stopping=True) == ours_beam
   assert greedy_same == len(sources)
   assert beam_same >= 0.95 * len(sources)
 
