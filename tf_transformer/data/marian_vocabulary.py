@@ -4,7 +4,7 @@ as Transformers' `MarianTokenizer` reads them, in the graph with
 tensorflow-text and core ops only.
 
 Source text -> source.spm's pieces -> ids of vocab.json (a piece it lacks
-is <unk>) in our order (`serving/marian_import.vocabulary_order`); ids ->
+is <unk>) in our order (`vocabulary_order`); ids ->
 pieces, PAD, UNK and EOS dropped (Transformers' `skip_special_tokens`),
 joined with "▁" read as a space, as SentencePiece decodes pieces. The files
 are kept as published in the run directory's `marian/` folder.

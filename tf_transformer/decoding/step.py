@@ -73,8 +73,9 @@ _ACTIVATIONS = {"relu": tf.nn.relu, "swish": tf.nn.silu,
 def dense(x, kernel, bias, residual=None, activation=None):
   """x kernel + bias [+ residual], activated if asked.
 
-  One `_FusedMatMul`: the bias as `BiasAdd`, whose only consumer may be the
-  activation or the residual add, so that Grappler fuses them.
+  One `_FusedMatMul`: the bias as `BiasAdd`, whose only consumer may be a
+  ReLU or the residual add, so that Grappler fuses them (swish and gelu
+  run as kernels of their own).
 
   Args:
     x: [rows, d_in].
