@@ -50,8 +50,9 @@ setuptools.setup(
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # Importing published Marian / OPUS-MT models
         # (serving/marian_import.py): safetensors, the format Transformers
-        # saves them in.
-        "marian": ["safetensors>=0.4"],
+        # saves them in; PyYAML, for Marian's model.yml and *.vocab.yml
+        # (serving/marian_npz.py).
+        "marian": ["safetensors>=0.4", "pyyaml>=6"],
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
         # jax (its CPU build): Keras' JAX backend, on which the layers and
         # the model's training path are tested too (tests/test_backends.py).
@@ -61,6 +62,7 @@ setuptools.setup(
         "test": ["pytest>=8", "pytest-xdist>=3.5",
                  "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8",
                  "ctranslate2>=4.5,<5", "jax>=0.5", "safetensors>=0.4",
+                 "pyyaml>=6",
                  "torch==2.13.0", "transformers>=5,<6"],
     },
     classifiers=[

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-r"""Imports a published Marian model (OPUS-MT, as a Transformers
-MarianMTModel directory) as a run directory that bin/export.py,
-bin/translate.py, bin/evaluate.py and bin/score.py take
-(`tf_transformer/serving/marian_import.py`, docs/serving.md).
+r"""Imports a published Marian model (OPUS-MT) as a run directory that
+bin/export.py, bin/translate.py, bin/evaluate.py and bin/score.py take
+(docs/serving.md): a Transformers MarianMTModel directory
+(`tf_transformer/serving/marian_import.py`) or a Marian release
+(`tf_transformer/serving/marian_npz.py`).
 
   bin/import_model.py --from=opus-mt-en-de --model_dir=runs/opus-mt-en-de
   bin/export.py --model_dir=runs/opus-mt-en-de --export_dir=saved_models/en-de
 
---from holds config.json, model.safetensors (or pytorch_model.bin, read
-only where torch is installed), vocab.json, source.spm and target.spm.
+--from holds source.spm, target.spm and either config.json,
+model.safetensors (or pytorch_model.bin, read only where torch is
+installed) and vocab.json, or Marian's model .npz and *.vocab.yml.
 What the model cannot hold exactly is refused in one line naming the
 setting; nothing is written then.
 """
@@ -21,9 +23,11 @@ from tf_transformer import command
 from tf_transformer.run.import_run import import_marian
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("from", None, "The published model's directory "
-                    "(a Transformers MarianMTModel: config.json, "
-                    "model.safetensors, vocab.json, source.spm, target.spm).")
+flags.DEFINE_string("from", None, "The published model's directory: a "
+                    "Transformers MarianMTModel (config.json, "
+                    "model.safetensors, vocab.json) or a Marian release "
+                    "(model .npz, *.vocab.yml), with source.spm and "
+                    "target.spm.")
 flags.DEFINE_string("model_dir", None, "The run directory to write (must "
                     "not exist).")
 flags.mark_flag_as_required("from")

@@ -166,18 +166,23 @@ class MarianVocabulary:
     raise DataError("training on an imported Marian model's vocabulary is "
                     "not supported yet: translate, score or export it")
 
-  @classmethod
-  def from_files(cls, directory):
-    """From a directory holding source.spm, target.spm and vocab.json."""
+  @staticmethod
+  def read_files(directory, names=FILES):
+    """{name: bytes} of `names` in `directory`."""
     files = {}
-    for name in FILES:
+    for name in names:
       path = os.path.join(directory, name)
       if not tf.io.gfile.exists(path):
         raise DataError(f"{path}: missing (a Marian model ships "
                         f"{', '.join(FILES)})")
       with tf.io.gfile.GFile(path, "rb") as f:
         files[name] = f.read()
-    return cls(files, directory)
+    return files
+
+  @classmethod
+  def from_files(cls, directory):
+    """From a directory holding source.spm, target.spm and vocab.json."""
+    return cls(cls.read_files(directory), directory)
 
   @classmethod
   def load(cls, model_dir):

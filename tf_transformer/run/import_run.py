@@ -1,7 +1,9 @@
 """A published model turned into a run directory that every command takes
 (`bin/import_model.py`): config.json, the checkpoint ckpt-1 and the
 vocabulary (`data/marian_vocabulary.py`), written under a temporary name
-and renamed, so a failed import leaves nothing."""
+and renamed, so a failed import leaves nothing. Two formats: a
+Transformers MarianMTModel directory (`serving/marian_import.py`) and a
+Marian release (`serving/marian_npz.py`)."""
 
 import os
 import shutil
@@ -12,14 +14,17 @@ import tensorflow as tf
 from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.run import run_dir
 from tf_transformer.serving import marian_import
+from tf_transformer.serving import marian_npz
 
 
 def import_marian(source_dir, model_dir):
-  """Imports a Transformers MarianMTModel directory as run `model_dir`.
+  """Imports a published Marian model as run `model_dir`.
 
   Args:
-    source_dir: config.json, model.safetensors (or pytorch_model.bin),
-      vocab.json, source.spm and target.spm.
+    source_dir: a Transformers MarianMTModel directory (config.json,
+      model.safetensors or pytorch_model.bin, vocab.json), or a Marian
+      release (one model .npz, one *.vocab.yml); source.spm and target.spm
+      in either.
     model_dir: the run directory to write; it must not exist.
   Returns:
     {"model_dir", "parameters", "seconds", "notes"}.
@@ -33,8 +38,15 @@ def import_marian(source_dir, model_dir):
   if tf.io.gfile.exists(model_dir):
     raise FileExistsError(f"--model_dir={model_dir}: exists; an import "
                           "writes a new run directory")
-  vocabulary = MarianVocabulary.from_files(source_dir)
-  imported = marian_import.from_transformers(source_dir)
+  if tf.io.gfile.exists(os.path.join(source_dir, marian_import.CONFIG)):
+    vocabulary = MarianVocabulary.from_files(source_dir)
+    imported = marian_import.from_transformers(source_dir)
+  else:
+    imported, vocab_json = marian_npz.from_marian(source_dir)
+    vocabulary = MarianVocabulary(
+        dict(MarianVocabulary.read_files(source_dir, ("source.spm",
+                                                      "target.spm")),
+             **{"vocab.json": vocab_json}), source_dir)
   tmp = model_dir.rstrip("/") + ".importing"
   shutil.rmtree(tmp, ignore_errors=True)
   try:

@@ -46,19 +46,19 @@ class Imported(typing.NamedTuple):
   notes: tuple
 
 
-def _refuse(path, why):
+def refuse(path, why):
   raise ValueError(f"{path}: {why}")
 
 
 def _read_json(path):
   if not os.path.exists(path):
-    _refuse(path, "missing (a Transformers MarianMTModel directory has "
+    refuse(path, "missing (a Transformers MarianMTModel directory has "
             f"{CONFIG}, {SAFETENSORS} and {VOCABULARY})")
   try:
     with open(path, encoding="utf-8") as f:
       return json.load(f)
   except (ValueError, UnicodeDecodeError) as e:
-    _refuse(path, f"not JSON ({e})")
+    refuse(path, f"not JSON ({e})")
 
 
 def model_config(hf, path):
@@ -73,28 +73,28 @@ def model_config(hf, path):
     ValueError naming the setting this model cannot represent exactly.
   """
   if hf.get("model_type") != "marian":
-    _refuse(path, f"model_type={hf.get('model_type')!r}: only Marian "
+    refuse(path, f"model_type={hf.get('model_type')!r}: only Marian "
             "models (model_type 'marian', MarianMTModel) are imported")
   for name, value in MUST_BE.items():
     if name in hf and bool(hf[name]) != value:
-      _refuse(path, f"{name}={hf[name]!r}: this model needs {value}")
+      refuse(path, f"{name}={hf[name]!r}: this model needs {value}")
   for a, b in (("encoder_layers", "decoder_layers"),
                ("encoder_attention_heads", "decoder_attention_heads"),
                ("encoder_ffn_dim", "decoder_ffn_dim")):
     if hf[a] != hf[b]:
-      _refuse(path, f"{a}={hf[a]} and {b}={hf[b]}: the encoder and decoder "
+      refuse(path, f"{a}={hf[a]} and {b}={hf[b]}: the encoder and decoder "
               "share one num_layers, num_heads and d_ff here")
   activation = ACTIVATIONS.get(hf.get("activation_function"))
   if activation is None:
-    _refuse(path, f"activation_function={hf.get('activation_function')!r}: "
+    refuse(path, f"activation_function={hf.get('activation_function')!r}: "
             f"one of {sorted(ACTIVATIONS)}")
   share = hf.get("share_encoder_decoder_embeddings", True)
   decoder_vocab = hf.get("decoder_vocab_size") or hf["vocab_size"]
   if decoder_vocab != hf["vocab_size"]:
-    _refuse(path, f"decoder_vocab_size={decoder_vocab} and vocab_size="
+    refuse(path, f"decoder_vocab_size={decoder_vocab} and vocab_size="
             f"{hf['vocab_size']}: one joint vocabulary here")
   if hf.get("decoder_start_token_id", hf["pad_token_id"]) != hf["pad_token_id"]:
-    _refuse(path, f"decoder_start_token_id={hf['decoder_start_token_id']}: "
+    refuse(path, f"decoder_start_token_id={hf['decoder_start_token_id']}: "
             "the decoder starts from <pad>'s zero vector here "
             f"(pad_token_id={hf['pad_token_id']})")
   fields = dict(
@@ -124,20 +124,20 @@ def read_weights(directory):
     try:
       tensors = load_file(path)
     except Exception as e:  # pylint: disable=broad-except
-      _refuse(path, f"unreadable safetensors file ({e})")
+      refuse(path, f"unreadable safetensors file ({e})")
   else:
     path = os.path.join(directory, PYTORCH)
     if not os.path.exists(path):
-      _refuse(directory, f"no weights: neither {SAFETENSORS} nor {PYTORCH}")
+      refuse(directory, f"no weights: neither {SAFETENSORS} nor {PYTORCH}")
     try:
       import torch  # pylint: disable=g-import-not-at-top
     except ImportError:
-      _refuse(path, f"reading it needs torch; install torch, or save the "
+      refuse(path, f"reading it needs torch; install torch, or save the "
               f"model with safetensors ({SAFETENSORS})")
     try:
       state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pylint: disable=broad-except
-      _refuse(path, f"unreadable ({e})")
+      refuse(path, f"unreadable ({e})")
     tensors = {k: v.float().numpy() for k, v in state.items()}
   return {k: np.asarray(v, np.float32) for k, v in tensors.items()}, path
 
@@ -147,18 +147,18 @@ def _special_ids(directory, hf, vocab_size):
   path = os.path.join(directory, VOCABULARY)
   vocab = _read_json(path)
   if len(vocab) != vocab_size:
-    _refuse(path, f"{len(vocab)} pieces, but config.json's vocab_size is "
+    refuse(path, f"{len(vocab)} pieces, but config.json's vocab_size is "
             f"{vocab_size}")
   for piece, key in (("<pad>", "pad_token_id"), ("</s>", "eos_token_id")):
     if vocab.get(piece) != hf[key]:
-      _refuse(path, f"{piece} is {vocab.get(piece)}, config.json's {key} "
+      refuse(path, f"{piece} is {vocab.get(piece)}, config.json's {key} "
               f"{hf[key]}")
   if "<unk>" not in vocab:
-    _refuse(path, "no <unk> piece")
+    refuse(path, "no <unk> piece")
   return hf["pad_token_id"], vocab["<unk>"], hf["eos_token_id"]
 
 
-class _Weights:
+class Weights:
   """The published tensors by name, each taken once, checked for shape."""
 
   def __init__(self, tensors, path):
@@ -166,17 +166,17 @@ class _Weights:
 
   def get(self, name, shape, transpose=False):
     if name not in self.tensors:
-      _refuse(self.path, f"no tensor {name!r}")
+      refuse(self.path, f"no tensor {name!r}")
     value = self.tensors[name]
     value = value.T if transpose else value
     if tuple(value.shape) != tuple(shape):
-      _refuse(self.path, f"{name} has shape {value.shape}, the config "
+      refuse(self.path, f"{name} has shape {value.shape}, the config "
               f"makes it {tuple(shape)}")
     self.used.add(name)
     return value
 
 
-def _assign(variable, value):
+def assign(variable, value):
   variable.assign(value.astype(np.float32))
 
 
@@ -184,15 +184,15 @@ def _assign_attention(weights, prefix, attention):
   for ours, theirs in (("query", "q_proj"), ("key", "k_proj"),
                        ("value", "v_proj"), ("output", "out_proj")):
     affine = getattr(attention, ours)
-    _assign(affine.kernel, weights.get(f"{prefix}.{theirs}.weight",
+    assign(affine.kernel, weights.get(f"{prefix}.{theirs}.weight",
                                        affine.kernel.shape, transpose=True))
-    _assign(affine.bias, weights.get(f"{prefix}.{theirs}.bias",
+    assign(affine.bias, weights.get(f"{prefix}.{theirs}.bias",
                                      affine.bias.shape))
 
 
 def _assign_norm(weights, prefix, norm):
-  _assign(norm.gamma, weights.get(f"{prefix}.weight", norm.gamma.shape))
-  _assign(norm.beta, weights.get(f"{prefix}.bias", norm.beta.shape))
+  assign(norm.gamma, weights.get(f"{prefix}.weight", norm.gamma.shape))
+  assign(norm.beta, weights.get(f"{prefix}.bias", norm.beta.shape))
 
 
 def _assign_layer(weights, prefix, layer):
@@ -207,9 +207,9 @@ def _assign_layer(weights, prefix, layer):
                  layer.cross_attention_norm)
   for ours, theirs in (("inner", "fc1"), ("outer", "fc2")):
     affine = getattr(layer.feed_forward, ours)
-    _assign(affine.kernel, weights.get(f"{prefix}.{theirs}.weight",
+    assign(affine.kernel, weights.get(f"{prefix}.{theirs}.weight",
                                        affine.kernel.shape, transpose=True))
-    _assign(affine.bias, weights.get(f"{prefix}.{theirs}.bias",
+    assign(affine.bias, weights.get(f"{prefix}.{theirs}.bias",
                                      affine.bias.shape))
   _assign_norm(weights, f"{prefix}.final_layer_norm", layer.feed_forward_norm)
 
@@ -226,7 +226,7 @@ def _embeddings(weights, hf, order, d_model):
                  "model.decoder.embed_tokens.weight"):
       if copy in weights.tensors and not np.array_equal(
           weights.get(copy, shape), shared):
-        _refuse(weights.path, f"{copy} differs from model.shared.weight, "
+        refuse(weights.path, f"{copy} differs from model.shared.weight, "
                 "though share_encoder_decoder_embeddings is true")
   else:
     source = weights.get("model.encoder.embed_tokens.weight", shape)
@@ -237,11 +237,11 @@ def _embeddings(weights, hf, order, d_model):
   elif hf.get("tie_word_embeddings", True):
     output = target
   else:
-    _refuse(weights.path, "no tensor 'lm_head.weight' and "
+    refuse(weights.path, "no tensor 'lm_head.weight' and "
             "tie_word_embeddings=false")
   if hf.get("share_encoder_decoder_embeddings", True):
     if output is not source and not np.array_equal(output, source):
-      _refuse(weights.path, "lm_head.weight differs from model.shared.weight"
+      refuse(weights.path, "lm_head.weight differs from model.shared.weight"
               ": this model ties the output projection to the shared "
               "embeddings")
   elif output is target or np.array_equal(output, target):
@@ -250,7 +250,7 @@ def _embeddings(weights, hf, order, d_model):
              "fine-tuning updates them apart",)
   pad = hf["pad_token_id"]
   if hf.get("decoder_start_token_id", pad) == pad and np.any(target[pad]):
-    _refuse(weights.path, f"the decoder's <pad> row ({pad}) is not zero: "
+    refuse(weights.path, f"the decoder's <pad> row ({pad}) is not zero: "
             "the decoder starts from a zero vector here")
   return source[order], target[order], output[order], notes
 
@@ -276,18 +276,18 @@ def from_transformers(directory, dtype=None) -> Imported:
   order = vocabulary_order(hf["vocab_size"],
                            *_special_ids(directory, hf, hf["vocab_size"]))
   tensors, weights_path = read_weights(directory)
-  weights = _Weights(tensors, weights_path)
+  weights = Weights(tensors, weights_path)
   config = TransformerConfig.from_flat(fields)
   model = build_model(config, dtype, xla_attention=False)
   named = model.named_weights()
   source, target, output, more_notes = _embeddings(weights, hf, order,
                                                    fields["d_model"])
-  _assign(named.source_embedding, source)
+  assign(named.source_embedding, source)
   if not fields["share_embeddings"]:
-    _assign(named.target_embedding, target)
-    _assign(named.output_embedding, output)
+    assign(named.target_embedding, target)
+    assign(named.output_embedding, output)
   bias = weights.get("final_logits_bias", (1, hf["vocab_size"]))
-  _assign(named.output_bias, bias[0][order])
+  assign(named.output_bias, bias[0][order])
   for stack, prefix in ((named.encoder, "model.encoder"),
                         (named.decoder, "model.decoder")):
     for i, layer in enumerate(stack.layers):
@@ -296,6 +296,6 @@ def from_transformers(directory, dtype=None) -> Imported:
       "model.encoder.embed_positions.weight",
       "model.decoder.embed_positions.weight"})
   if unused:
-    _refuse(weights_path, f"tensors this model has no place for: "
+    refuse(weights_path, f"tensors this model has no place for: "
             f"{unused[:5]}{' ...' if len(unused) > 5 else ''}")
   return Imported(model, order, notes + more_notes)
