@@ -199,6 +199,10 @@ def _spm(sentences):
   return model.getvalue()
 
 
+# Target-language tokens of a multilingual model (opus-mt-en-ROMANCE).
+LANGUAGE_CODES = [">>fra<<", ">>por<<"]
+
+
 def _save_with_tokenizer(directory):
   """`_save`'s model with OPUS-MT's tokenizer files: source.spm,
   target.spm and a joint vocab.json of their pieces (Marian's order)."""
@@ -211,7 +215,7 @@ def _save_with_tokenizer(directory):
     pieces += [processor.id_to_piece(i)
                for i in range(processor.get_piece_size())
                if not (processor.is_control(i) or processor.is_unknown(i))]
-  pieces = sorted(set(pieces))
+  pieces = sorted(set(pieces) | set(LANGUAGE_CODES))
   vocab = {"</s>": 0, "<unk>": 1,
            **{p: i + 2 for i, p in enumerate(pieces)}}
   vocab["<pad>"] = len(vocab)
@@ -222,6 +226,16 @@ def _save_with_tokenizer(directory):
   with open(os.path.join(directory, "vocab.json"), "w") as f:
     json.dump(vocab, f)
   return model, vocab
+
+
+FRESH_LOAD = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+out = serve(text=tf.constant(json.loads(sys.argv[2])))["translation"]
+print(json.dumps([t.decode() for t in out.numpy()]))
+"""
 
 
 def test_imported_run_translates_text_as_transformers(tmp_path):
@@ -253,9 +267,23 @@ def test_imported_run_translates_text_as_transformers(tmp_path):
                                    method="greedy",
                                    max_decode_length_offset=8)
   serve = tf.saved_model.load(export).signatures["serving_default"]
-  texts = SENTENCES[:8] + ["the cat ran", "a zebra!"]
+  texts = SENTENCES[:8] + ["the cat ran", "a zebra!", ">>fra<< the cat"]
   ours = [t.decode() for t in serve(text=tf.constant(texts))[
       "translation"].numpy()]
+  # As TF Serving would: a fresh process with only tensorflow and
+  # tensorflow-text, and only their ops in the graph.
+  fresh = subprocess.run(
+      [sys.executable, "-c", FRESH_LOAD, export, json.dumps(texts)],
+      capture_output=True, text=True, check=False)
+  assert fresh.returncode == 0, fresh.stderr[-2000:]
+  assert json.loads(fresh.stdout.splitlines()[-1]) == ours
+  from test_export import _all_ops  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
+  ops, functions = _all_ops(export)
+  defined = {f.signature.name for f in functions}
+  assert not {op for op in ops if op not in defined and
+              op_def_registry.get(op) is None}
+  assert not ops & {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
   for text, translation in zip(texts, ours):
     encoded = tokenizer([text], return_tensors="pt")
     with torch.no_grad():
@@ -277,3 +305,28 @@ def test_imported_run_translates_text_as_transformers(tmp_path):
   with pytest.raises(ValueError, match="--format=ctranslate2: an imported "
                      "Marian run does not export to CTranslate2 yet"):
     Runner(str(run)).export(str(tmp_path / "ct2"), format="ctranslate2")
+
+
+def test_tokens_equal_marian_tokenizer_with_language_codes(tmp_path):
+  """Source and target text become the ids Transformers' `MarianTokenizer`
+  gives (in our order): a leading ">>fra<<" is one piece (an unknown one
+  <unk>), anywhere else it is text for SentencePiece."""
+  from tf_transformer.data.marian_vocabulary import MarianVocabulary  # pylint: disable=g-import-not-at-top
+  _save_with_tokenizer(str(tmp_path))
+  tokenizer = transformers.MarianTokenizer(
+      str(tmp_path / "source.spm"), str(tmp_path / "target.spm"),
+      str(tmp_path / "vocab.json"))
+  ours = MarianVocabulary.from_files(str(tmp_path))
+  texts = [">>fra<< the cat sat", ">>por<<a dog", ">>xyz<< a dog",
+           "the >>fra<< cat", ">>fra<<", "the cat", ""]
+  theirs = tokenizer(texts)["input_ids"]
+  target_theirs = tokenizer(text_target=[t.upper() for t in texts])[
+      "input_ids"]
+  tokens = ours.make_tokenizer()
+  for got, want in ((tokens.tokenize(texts), theirs),
+                    (tokens.target.tokenize([t.upper() for t in texts]),
+                     target_theirs)):
+    got = [ours.order[row].tolist() for row in got.numpy()]
+    assert got == [row[:-1] for row in want]  # theirs end with </s>
+  assert ours.order[tokens.tokenize(texts[0]).numpy()].tolist() == (
+      theirs[0][:-1])  # a single string as a batch of one

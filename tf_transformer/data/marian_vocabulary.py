@@ -24,6 +24,10 @@ from tf_transformer.data.errors import DataError
 FOLDER = "marian"
 FILES = ("source.spm", "target.spm", "vocab.json")
 _SPACE = "\u2581"  # SentencePiece's word boundary
+# A multilingual model's target-language token at the text's start
+# (">>fra<< ..."): one piece, not cut by SentencePiece, as Transformers'
+# `MarianTokenizer.remove_language_code` takes it (up to the first "<<").
+_LANGUAGE_CODE = r"(?s)^(>>.*?<<)(.*)$"
 
 
 def vocabulary_order(vocab_size, pad, unk, eos):
@@ -104,11 +108,23 @@ class MarianTokenizer(tf.Module):
                    MarianTokenizer(target_spm, pieces, table=self.table))
 
   def tokenize(self, text):
-    """str or [batch] strings -> int32 ids (ragged for a batch), no EOS."""
-    pieces = self.splitter.tokenize(text)
-    if isinstance(pieces, tf.RaggedTensor):
-      return tf.ragged.map_flat_values(self.table.lookup, pieces)
-    return self.table.lookup(pieces)
+    """str or [batch] strings -> int32 ids (ragged for a batch), no EOS; a
+    leading target-language token (">>fra<<") is one piece, the rest is
+    cut by SentencePiece."""
+    text = tf.convert_to_tensor(text, tf.string)
+    batch = tf.reshape(text, [-1])
+    has_code = tf.strings.regex_full_match(batch, _LANGUAGE_CODE)
+    rest = tf.where(
+        has_code, tf.strings.regex_replace(batch, _LANGUAGE_CODE, r"\2"),
+        batch)
+    ids = tf.ragged.map_flat_values(self.table.lookup,
+                                    self.splitter.tokenize(rest))
+    codes = tf.boolean_mask(
+        tf.strings.regex_replace(batch, _LANGUAGE_CODE, r"\1"), has_code)
+    ids = tf.concat([tf.RaggedTensor.from_row_lengths(
+        self.table.lookup(codes),
+        tf.cast(has_code, ids.row_splits.dtype)), ids], axis=1)
+    return ids if text.shape.rank else ids[0]
 
   def id_to_string(self, ids):
     """The pieces of `ids`."""
