@@ -67,7 +67,7 @@ def _save_release(directory, activation="swish", tied="all", pre_norm=False,
   target.spm. Returns the pieces by id."""
   protos = {"source.spm": _spm(SENTENCES),
             "target.spm": _spm([s.upper() for s in SENTENCES])}
-  pieces = set(TRICKY)
+  pieces = set(TRICKY) | {">>fra<<"}
   for name, proto in protos.items():
     with open(os.path.join(directory, name), "wb") as f:
       f.write(proto)
@@ -79,7 +79,9 @@ def _save_release(directory, activation="swish", tied="all", pre_norm=False,
   with open(os.path.join(directory, "opus.spm32k-spm32k.vocab.yml"), "w",
             encoding="utf-8") as f:
     for i, piece in enumerate(pieces):
-      quoted = f'"{piece}"' if piece.startswith("<") else piece
+      # Quoted where YAML would read the piece as syntax, as Marian's
+      # emitter (yaml-cpp) writes them; plain otherwise, "no" and "1" too.
+      quoted = f'"{piece}"' if piece[0] in "<>!&*|%@`'\"{[,#?:-" else piece
       f.write(f"{quoted}: {i}\n")
   rng = np.random.default_rng(0)
   v = len(pieces)
@@ -190,7 +192,9 @@ def test_vocabulary_pieces_stay_strings(tmp_path):
 
 def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
   """bin/import_model.py on a Marian release writes a run whose SavedModel
-  translates text and scores it as CTranslate2 does on the same pieces."""
+  translates text and scores it as CTranslate2's conversion of the release
+  does on the same pieces, and whose own CTranslate2 export translates as
+  the SavedModel."""
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
   release = tmp_path / "release"
   release.mkdir()
@@ -219,6 +223,23 @@ def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
       [source_spm.encode(t, out_type=str) for t in texts],
       [target_spm.encode(t, out_type=str) for t in targets])
   np.testing.assert_allclose(scored["log_prob"].numpy(),
+                             [sum(r.log_probs) for r in theirs],
+                             atol=SCORE_BOUND * 10)
+  # The run's own CTranslate2 export: the SavedModel's translations and
+  # CTranslate2's scores of the same texts, a target-language token too.
+  from tf_transformer.serving.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
+  ct2 = CT2Decoder(Runner(str(run)).export(
+      str(tmp_path / "run_ct2"), format="ctranslate2", method="greedy",
+      max_decode_length_offset=8))
+  texts = texts + [">>fra<< the cat"]
+  translations = loaded.signatures["serving_default"](
+      text=tf.constant(texts))["translation"].numpy()
+  # One text a call: CTranslate2's output limit is its batch's longest
+  # (ct2_runtime.py), and a random model's outputs run to the limit.
+  assert [ct2.nbest([t])[0][0][0] for t in texts] == list(translations)
+  assert ct2.pieces(texts[-1:])[0][0] == ">>fra<<"
+  ours = ct2.token_log_probs(texts[:3], targets)
+  np.testing.assert_allclose([sum(t) for t in ours],
                              [sum(r.log_probs) for r in theirs],
                              atol=SCORE_BOUND * 10)
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 # "sinusoidal": section 3.5's sines and cosines interleaved;
 # "sinusoidal_halves": the same sines then the same cosines, [sin | cos], as
-# tensor2tensor, Marian and Transformers' Marian lay them out.
+# Transformers' and CTranslate2's Marian models lay them out.
 POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal_halves", "learned")
 ACTIVATIONS = ("relu", "swish", "gelu")  # eq. 2's max(0, .) is "relu"
 DECODER_STARTS = ("bos", "zero")

@@ -213,6 +213,47 @@ class MarianVocabulary:
     return folder
 
 
+class MarianPieces:
+  """The same text <-> pieces as `MarianTokenizer`, in Python, for engines
+  that take pieces (CTranslate2, `serving/ct2_runtime.py`).
+
+  Args:
+    folder: holds source.spm and target.spm (`FOLDER` of a run or a
+      CTranslate2 export).
+  """
+
+  def __init__(self, folder):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    self.spm = {side: spm.SentencePieceProcessor(
+        model_file=os.path.join(folder, f"{side}.spm"))
+                for side in ("source", "target")}
+
+  def _encode(self, side, texts):
+    out = []
+    for text in texts:
+      code = []  # a leading target-language token, as `_LANGUAGE_CODE`
+      end = text.find("<<") if text.startswith(">>") else -1
+      if end != -1:
+        code, text = [text[:end + 2]], text[end + 2:]
+      out.append(code + self.spm[side].encode(text, out_type=str))
+    return out
+
+  def source(self, texts):
+    """Source strings -> their pieces, no EOS."""
+    return self._encode("source", texts)
+
+  def target(self, texts):
+    """Target strings (prefixes, scored translations) -> their pieces."""
+    return self._encode("target", texts)
+
+  @staticmethod
+  def decode(pieces):
+    """Output pieces -> text, as `MarianTokenizer.detokenize`."""
+    text = "".join(p for p in pieces if p not in ("<pad>", "<unk>", "</s>"))
+    text = text.replace(_SPACE, " ")
+    return text[1:] if text.startswith(" ") else text
+
+
 def is_marian(model_dir):
   """Whether `model_dir` holds an imported Marian model's vocabulary."""
   return tf.io.gfile.exists(os.path.join(model_dir, FOLDER, "vocab.json"))

@@ -91,7 +91,8 @@ def sinusoid_table(positions, d_model, dtype="float32", halves=False):
   PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...),
   sin and cos interleaved as in the paper; with `halves`, the same sines in
   the first half of the dimensions and the same cosines in the second
-  (tensor2tensor, Marian).
+  (Transformers' and CTranslate2's Marian models; Marian and tensor2tensor
+  lay them out so but space the frequencies by 1/(d_model/2 - 1)).
 
   Args:
     positions: [length] positions (any number type).

@@ -27,7 +27,6 @@ from tf_transformer.data import sources
 from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
-from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.serving.scorer import Scorer
@@ -346,11 +345,6 @@ class Runner:
     model, vocabulary, options = loading.trained(
         [self.model_dir, *ensemble], checkpoint, ensemble_average,
         **decoding)
-    if format == "ctranslate2" and isinstance(vocabulary, MarianVocabulary):
-      raise ValueError(
-          "--format=ctranslate2: an imported Marian run does not export to "
-          "CTranslate2 yet; CTranslate2 converts the published model itself "
-          "(ct2-transformers-converter --model DIR)")
     if shortlist:
       shortlist = loading.load_shortlist(self.model_dir, vocabulary,
                                          *shortlist)

@@ -6,7 +6,8 @@ inference engine OpenNMT-tf users serve with (and our speed yardstick).
 
 The directory is self-contained: CTranslate2's `model.bin`, `config.json`
 and `shared_vocabulary.json`, plus `vocabulary.model` (the SentencePiece
-model, so clients tokenize exactly as training did) and
+model, so clients tokenize exactly as training did; an imported Marian
+model's `marian/` folder instead) and
 `tf_transformer.json` (the search of `DecodingOptions` and the input limit,
 which CTranslate2 takes per call rather than from the model).
 
@@ -37,6 +38,7 @@ import numpy as np
 import sentencepiece as spm
 
 from tf_transformer.data import shortlist_table
+from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.serving.ct2_runtime import DECODING_FILE
 from tf_transformer.serving.ct2_runtime import VMAP_FILE
 from tf_transformer.serving.ct2_runtime import import_ctranslate2
@@ -98,6 +100,14 @@ def sentencepiece_pieces(model_proto):
   return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
+def vocabulary_pieces(vocabulary):
+  """Our ids' pieces: the SentencePiece model's, or an imported Marian
+  model's joint vocabulary in our order."""
+  if isinstance(vocabulary, MarianVocabulary):
+    return list(vocabulary.piece_list)
+  return sentencepiece_pieces(vocabulary.model_proto)
+
+
 # Our activations (config.ACTIVATIONS) by CTranslate2's names.
 _ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 
@@ -145,11 +155,15 @@ def build_spec(model, vocabulary):
     _set_norm(encoder.layer_norm, named.encoder.final_norm)
     _set_norm(decoder.layer_norm, named.decoder.final_norm)
 
-  pieces = sentencepiece_pieces(vocabulary.model_proto)
+  pieces = vocabulary_pieces(vocabulary)
   spec.register_source_vocabulary(pieces)
   spec.register_target_vocabulary(pieces)
   spec.config.unk_token = pieces[UNK_ID]
-  spec.config.bos_token = spec.config.decoder_start_token = pieces[BOS_ID]
+  # A zero-vector start (Marian's) embeds no token: BOS_ID is an ordinary
+  # piece there, so the start is named by EOS, as CTranslate2's own Marian
+  # conversion names it.
+  start = EOS_ID if named.decoder_start == "zero" else BOS_ID
+  spec.config.bos_token = spec.config.decoder_start_token = pieces[start]
   spec.config.eos_token = pieces[EOS_ID]
   spec.config.add_source_eos = True
   spec.config.layer_norm_epsilon = named.epsilon
@@ -175,7 +189,7 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
   if shortlist is not None:
     with open(os.path.join(tmp, VMAP_FILE), "w", encoding="utf-8") as f:
       f.writelines(line + "\n" for line in shortlist_table.vmap_lines(
-          *shortlist, sentencepiece_pieces(vocabulary.model_proto)))
+          *shortlist, vocabulary_pieces(vocabulary)))
   with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
     json.dump({"decoding": dataclasses.asdict(options),
                "max_input_tokens": max_input_tokens}, f, indent=2)

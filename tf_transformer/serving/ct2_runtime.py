@@ -46,6 +46,7 @@ import os
 import numpy as np
 import sentencepiece as spm
 
+from tf_transformer.data import marian_vocabulary
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions
 
@@ -53,6 +54,22 @@ DECODING_FILE = "tf_transformer.json"
 MODEL_FILE = "model.bin"  # what tells a CTranslate2 directory apart
 VMAP_FILE = "vmap.txt"  # CTranslate2's name for a vocabulary map
 PATIENCE = 2  # see the module docstring
+
+
+class _SentencePiece:
+  """Text <-> pieces by one SentencePiece model, both languages (what
+  `MarianPieces` is for an imported Marian model)."""
+
+  def __init__(self, model_file):
+    self.processor = spm.SentencePieceProcessor(model_file=model_file)
+
+  def source(self, texts):
+    return self.processor.encode(list(texts), out_type=str)
+
+  target = source
+
+  def decode(self, pieces):
+    return self.processor.decode(pieces)
 
 
 def is_ct2_model(path) -> bool:
@@ -96,8 +113,11 @@ class CT2Decoder:
     self.options = DecodingOptions.from_dict(saved["decoding"])
     self.max_input_tokens = saved["max_input_tokens"]
     self.nbest_size = self.options.nbest
-    self.processor = spm.SentencePieceProcessor(
-        model_file=os.path.join(path, vocabulary_lib.FILENAME))
+    self.processor = (
+        marian_vocabulary.MarianPieces(
+            os.path.join(path, marian_vocabulary.FOLDER))
+        if marian_vocabulary.is_marian(path) else _SentencePiece(
+            os.path.join(path, vocabulary_lib.FILENAME)))
     self.translator = ctranslate2.Translator(
         path, device="cpu", compute_type=compute_type,
         intra_threads=intra_threads)
@@ -114,7 +134,7 @@ class CT2Decoder:
       CTranslate2's to add: `add_source_eos`).
     """
     return [p[:self.max_input_tokens]
-            for p in self.processor.encode(list(texts), out_type=str)]
+            for p in self.processor.source(texts)]
 
   def count_input_tokens(self, texts):
     """What `Translator.input_warnings` needs.
@@ -124,7 +144,7 @@ class CT2Decoder:
     Returns:
       (subwords per text before the cut, the input limit).
     """
-    return ([len(p) for p in self.processor.encode(list(texts))],
+    return ([len(p) for p in self.processor.source(texts)],
             self.max_input_tokens)
 
   def output_limit(self, sources):
@@ -215,8 +235,7 @@ class CT2Decoder:
     if not sources:
       return []
     longest = self.max_input_tokens + self.options.max_decode_length_offset
-    forced = [p[:longest] for p in self.processor.encode(list(prefixes),
-                                                         out_type=str)]
+    forced = [p[:longest] for p in self.processor.target(prefixes)]
     results = self.translator.translate_batch(
         sources, target_prefix=forced, **self.search_kwargs(sources))
     limit = self.output_limit(sources)
@@ -246,6 +265,6 @@ class CT2Decoder:
     """
     longest = self.max_input_tokens + self.options.max_decode_length_offset
     results = self.translator.score_batch(
-        self.pieces(texts), [p[:longest] for p in self.processor.encode(
-            list(targets), out_type=str)], max_input_length=0)
+        self.pieces(texts), [p[:longest] for p in self.processor.target(
+            targets)], max_input_length=0)
     return [list(r.log_probs) for r in results]
