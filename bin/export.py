@@ -51,7 +51,7 @@ def main(argv):
   except (FileNotFoundError, ImportError, ValueError, DataError) as e:
     print(f"export: error: {e}", file=sys.stderr)
     return 1
-  print(f"exported {path}")
+  print(f"exported {path} ({command.megabytes(path):,.1f} MB)")
   return 0
 
 

@@ -45,7 +45,8 @@ def main(argv):
     print(f"import_model: note: {note}", file=sys.stderr)
   print(f"imported {result['parameters']:,} parameters in "
         f"{result['seconds']:.1f} s")
-  print(f"wrote {result['model_dir']}")
+  print(f"wrote {result['model_dir']} "
+        f"({command.megabytes(result['model_dir']):,.1f} MB)")
   return 0
 
 

@@ -56,7 +56,7 @@ def test_refuses_another_architecture_or_vocabulary(trained_numbers_run,
         init_from=str(trained_numbers_run), **OPTIONS)
   (tmp_path / "b").mkdir()
   prepare.build_vocabulary(SPEC, 300).save(str(tmp_path / "b"))
-  with pytest.raises(ValueError, match="is another vocabulary than "
+  with pytest.raises(ValueError, match="holds another vocabulary than "
                      "--init_from="):
     Runner(str(tmp_path / "b")).train(
         _config(), OTHER_DATA, init_from=str(trained_numbers_run), **OPTIONS)

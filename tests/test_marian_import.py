@@ -336,3 +336,9 @@ def test_tokens_equal_marian_tokenizer_with_language_codes(tmp_path):
     assert got == [row[:-1] for row in want]  # theirs end with </s>
   assert ours.order[tokens.tokenize(texts[0]).numpy()].tolist() == (
       theirs[0][:-1])  # a single string as a batch of one
+  # A training corpus is cut in Python (token_store) into the same ids.
+  for side, want in (("source", theirs), ("target", target_theirs)):
+    lines = texts if side == "source" else [t.upper() for t in texts]
+    got = ours.processor(side).encode(lines)
+    assert [ours.order[row].tolist() for row in got] == [
+        row[:-1] for row in want]

@@ -124,3 +124,12 @@ def exit_now(status):
 def _asked_for_help(args):
   return any(arg.lstrip("-").split("=")[0] in HELP_FLAGS for arg in args
              if arg.startswith("-"))
+
+
+def megabytes(path) -> float:
+  """The size of the files under `path` (or of the file `path`), in MB
+  (10^6 bytes): what a command that writes a model reports."""
+  if os.path.isfile(path):
+    return os.path.getsize(path) / 1e6
+  return sum(os.path.getsize(os.path.join(root, name))
+             for root, _, names in os.walk(path) for name in names) / 1e6

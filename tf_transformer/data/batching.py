@@ -40,7 +40,7 @@ def tokenize(text_pairs: tf.data.Dataset, vocabulary,
   (`sequences`)."""
   def encode(source, target):
     return (sequences.source_ids(vocabulary, source),
-            sequences.subwords(vocabulary, target))
+            sequences.subwords(sequences.target_side(vocabulary), target))
   return (text_pairs.batch(chunk)
           .map(encode, num_parallel_calls=tf.data.AUTOTUNE).unbatch())
 

@@ -178,9 +178,17 @@ class MarianVocabulary:
     """The subword strings of `ids`, for inspection."""
     return self.make_tokenizer().id_to_string(ids)
 
-  def processor(self):
-    raise DataError("training on an imported Marian model's vocabulary is "
-                    "not supported yet: translate, score or export it")
+  @property
+  def target(self):
+    """What cuts target text (`sequences.target_side`): target.spm."""
+    return self.make_tokenizer().target
+
+  def processor(self, side="source"):
+    """`side`'s text -> our ids in Python, for tokenizing a training corpus
+    on many threads (`token_store`), as the graph does."""
+    return _SideIds(MarianPieces(self.files["source.spm"],
+                                 self.files["target.spm"]), side,
+                    {p: i for i, p in enumerate(self.piece_list)})
 
   @staticmethod
   def read_files(directory, names=FILES):
@@ -215,36 +223,45 @@ class MarianVocabulary:
 
 class MarianPieces:
   """The same text <-> pieces as `MarianTokenizer`, in Python, for engines
-  that take pieces (CTranslate2, `serving/ct2_runtime.py`).
+  that take pieces (CTranslate2, `serving/ct2_runtime.py`) and for
+  tokenizing a training corpus (`token_store`).
 
   Args:
-    folder: holds source.spm and target.spm (`FOLDER` of a run or a
-      CTranslate2 export).
+    source_spm, target_spm: the two SentencePiece model protos.
   """
 
-  def __init__(self, folder):
+  def __init__(self, source_spm, target_spm):
     import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-    self.spm = {side: spm.SentencePieceProcessor(
-        model_file=os.path.join(folder, f"{side}.spm"))
-                for side in ("source", "target")}
+    self.spm = {side: spm.SentencePieceProcessor(model_proto=proto)
+                for side, proto in (("source", source_spm),
+                                    ("target", target_spm))}
 
-  def _encode(self, side, texts):
-    out = []
+  @classmethod
+  def from_folder(cls, folder):
+    """From `folder`'s source.spm and target.spm (`FOLDER` of a run or of a
+    CTranslate2 export)."""
+    files = MarianVocabulary.read_files(folder, FILES[:2])
+    return cls(files["source.spm"], files["target.spm"])
+
+  def encode(self, side, texts, num_threads=-1):
+    """`side` ("source" or "target") strings -> their pieces, no EOS; a
+    leading target-language token is one piece (`_LANGUAGE_CODE`)."""
+    codes, rests = [], []
     for text in texts:
-      code = []  # a leading target-language token, as `_LANGUAGE_CODE`
       end = text.find("<<") if text.startswith(">>") else -1
-      if end != -1:
-        code, text = [text[:end + 2]], text[end + 2:]
-      out.append(code + self.spm[side].encode(text, out_type=str))
-    return out
+      codes.append([text[:end + 2]] if end != -1 else [])
+      rests.append(text[end + 2:] if end != -1 else text)
+    pieces = self.spm[side].encode(rests, out_type=str,
+                                   num_threads=num_threads)
+    return [code + p for code, p in zip(codes, pieces)]
 
   def source(self, texts):
     """Source strings -> their pieces, no EOS."""
-    return self._encode("source", texts)
+    return self.encode("source", list(texts))
 
   def target(self, texts):
     """Target strings (prefixes, scored translations) -> their pieces."""
-    return self._encode("target", texts)
+    return self.encode("target", list(texts))
 
   @staticmethod
   def decode(pieces):
@@ -252,6 +269,19 @@ class MarianPieces:
     text = "".join(p for p in pieces if p not in ("<pad>", "<unk>", "</s>"))
     text = text.replace(_SPACE, " ")
     return text[1:] if text.startswith(" ") else text
+
+
+class _SideIds:
+  """One side's text -> our ids in Python (`MarianVocabulary.processor`),
+  what `token_store` asks of a SentencePiece processor."""
+
+  def __init__(self, pieces, side, ids):
+    self.pieces, self.side, self.ids = pieces, side, ids
+
+  def encode(self, texts, num_threads=-1):
+    return [[self.ids.get(p, special_ids.UNK_ID) for p in row]
+            for row in self.pieces.encode(self.side, list(texts),
+                                          num_threads)]
 
 
 def is_marian(model_dir):

@@ -25,6 +25,13 @@ def subwords(tokenizer, text):
       text, "UTF-8", "UTF-8", errors="replace"))
 
 
+def target_side(tokenizer):
+  """What cuts target text: `tokenizer.target` where the languages have
+  their own SentencePiece models (an imported Marian model's), else
+  `tokenizer`."""
+  return getattr(tokenizer, "target", None) or tokenizer
+
+
 def source_ids(tokenizer, text, max_tokens=None):
   """The encoder's input: subwords (cut to `max_tokens`) then EOS."""
   ids = subwords(tokenizer, text)

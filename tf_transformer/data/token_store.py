@@ -115,7 +115,8 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
   pairs with an empty side are skipped (and counted in the manifest).
   Raises DataError naming a bad file and line."""
   num_threads = num_threads or os.cpu_count() or 1
-  processor = vocabulary.processor()
+  processors = {side: vocabulary.processor(side)
+                for side in ("source", "target")}
   dtype = np.uint16 if vocabulary.vocab_size <= 2**16 else np.int32
   read = corpora.ReadStats()
   pairs = sources.text_pairs(spec, "train", read)()
@@ -127,7 +128,7 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
     with errors.unwrapped(), open(tmp["source"], "wb") as source_file, open(
         tmp["target"], "wb") as target_file, Progress(
             f"tokenized {corpus}:", None, "pairs") as progress:
-      counts = _tokenize(pairs, processor, dtype, num_threads,
+      counts = _tokenize(pairs, processors, dtype, num_threads,
                          {"source": source_file, "target": target_file},
                          progress)
   except BaseException:  # a bad line, a full disk, Ctrl-C: leave nothing
@@ -161,16 +162,17 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
   return open_store(directory, corpus, spec, vocabulary)
 
 
-def _tokenize(pairs, processor, dtype, num_threads, files, progress):
+def _tokenize(pairs, processors, dtype, num_threads, files, progress):
   """Appends each side's ids of `pairs` to `files` (raw `dtype` values),
-  CHUNK pairs a SentencePiece call; returns each side's lengths."""
+  CHUNK pairs a call of that side's processor; returns each side's
+  lengths."""
   counts = {"source": [], "target": []}
   while True:
     chunk = list(itertools.islice(pairs, CHUNK))
     if not chunk:
       return counts
     for side, texts in zip(("source", "target"), zip(*chunk)):
-      ids = processor.encode(list(texts), num_threads=num_threads)
+      ids = processors[side].encode(list(texts), num_threads=num_threads)
       lengths = np.fromiter(map(len, ids), np.int64, len(ids))
       flat = np.fromiter(itertools.chain.from_iterable(ids), dtype,
                          int(lengths.sum()))

@@ -75,6 +75,12 @@ class Vocabulary:
   def make_tokenizer(self) -> tf_text.SentencepieceTokenizer:
     return tf_text.SentencepieceTokenizer(model=self.model_proto)
 
+  @staticmethod
+  def saved_in(directory: str) -> bool:
+    """Whether `directory` holds a vocabulary `load` reads."""
+    return tf.io.gfile.exists(os.path.join(directory, FILENAME)) or (
+        marian_vocabulary.is_marian(directory))
+
   @classmethod
   def load(cls, path: str) -> "Vocabulary":
     """From a `.model` file, or a directory holding `vocabulary.model`; an
@@ -96,9 +102,11 @@ class Vocabulary:
       f.write(self.model_proto)
     return path
 
-  def processor(self) -> spm.SentencePieceProcessor:
+  def processor(self, side="source") -> spm.SentencePieceProcessor:
     """The same model in SentencePiece's own library, for tokenizing a
-    corpus outside the graph on many threads (`token_store`)."""
+    corpus outside the graph on many threads (`token_store`); one model
+    cuts both sides."""
+    del side
     return spm.SentencePieceProcessor(model_proto=self.model_proto)
 
   def tokenize(self, text):

@@ -165,15 +165,14 @@ class Runner:
           f"(theirs, asked): {diff}; leave out --config to take theirs, or "
           "pass the --config and --hparams it was trained with")
     vocabulary = vocabulary_lib.Vocabulary.load(init_dir)
-    mine = os.path.join(self.model_dir, vocabulary_lib.FILENAME)
-    if os.path.exists(mine):
+    mine = self.model_dir
+    if vocabulary_lib.Vocabulary.saved_in(mine):
       if vocabulary_lib.Vocabulary.load(mine).model_proto != (
           vocabulary.model_proto):
         raise ValueError(
-            f"{mine} is another vocabulary than --init_from={init_from}'s "
-            f"{os.path.join(init_dir, vocabulary_lib.FILENAME)}; fine-tuning "
-            "keeps the vocabulary its weights were trained with: use a new "
-            "--model_dir")
+            f"{mine} holds another vocabulary than --init_from={init_from}'s "
+            f"({init_dir}); fine-tuning keeps the vocabulary its weights "
+            "were trained with: use a new --model_dir")
     else:
       if vocab_size and vocab_size != theirs.model.vocab_size:
         raise ValueError(
@@ -200,7 +199,7 @@ class Runner:
         config = config.resumed(run_dir.load_config(model_dir))
       return self._resumed_config(config, chief, allow_recipe_change,
                                   flags_text)
-    if os.path.exists(os.path.join(model_dir, vocabulary_lib.FILENAME)):
+    if vocabulary_lib.Vocabulary.saved_in(model_dir):
       logging.info("using the vocabulary already in %s", model_dir)
       vocabulary = vocabulary_lib.Vocabulary.load(model_dir)
     else:

@@ -114,7 +114,7 @@ class CT2Decoder:
     self.max_input_tokens = saved["max_input_tokens"]
     self.nbest_size = self.options.nbest
     self.processor = (
-        marian_vocabulary.MarianPieces(
+        marian_vocabulary.MarianPieces.from_folder(
             os.path.join(path, marian_vocabulary.FOLDER))
         if marian_vocabulary.is_marian(path) else _SentencePiece(
             os.path.join(path, vocabulary_lib.FILENAME)))

@@ -30,9 +30,12 @@ from tf_transformer.serving.marian_import import (
     Imported, Weights, assign, refuse)
 
 MODEL_YML = "special:model.yml"
-# <pad>'s logit: exp(PAD_LOGIT - x) is 0 in float32 for any logit x a
-# trained model makes, and it is finite in float16 and bfloat16.
-PAD_LOGIT = -1e4
+# <pad>'s logit: its probability exp(PAD_LOGIT - logsumexp) is below 1e-40
+# for a softmax whose largest logit is above -8, so the other pieces' are
+# Marian's to float32 precision; finite in float16 and bfloat16, and small
+# enough that label smoothing's mean over the logits moves the reported loss
+# by only 0.1 * 100 / vocab_size (fine-tuning; docs/serving.md).
+PAD_LOGIT = -100.0
 ACTIVATIONS = {"relu": "relu", "swish": "swish"}
 # Marian's layer norms (layers/generic.h); CTranslate2 computes with 1e-5,
 # which only pre-norm models feel (docs/serving.md).

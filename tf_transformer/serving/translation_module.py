@@ -103,8 +103,7 @@ class TranslationModule(tf.Module):
     self.tokenizer = vocabulary.make_tokenizer()
     # Prefixes and scored targets are target text: an imported Marian
     # model cuts them with its target language's SentencePiece model.
-    self.target_tokenizer = getattr(self.tokenizer, "target", None) or (
-        self.tokenizer)
+    self.target_tokenizer = sequences.target_side(self.tokenizer)
     if model.config.model.positional_encoding == "learned":
       # A learned table has no rows past max_length.
       max_input_tokens = min(max_input_tokens,

@@ -72,7 +72,8 @@ def teacher_forced_losses(model, vocabulary, pairs, label_smoothing=0.1,
     source = sequences.source_ids(
         vocabulary, tf.constant([s for s, _ in chunk])).to_tensor()
     labels = sequences.labels(sequences.subwords(
-        vocabulary, tf.constant([t for _, t in chunk])))
+        sequences.target_side(vocabulary),
+        tf.constant([t for _, t in chunk])))
     logits = model((source, sequences.decoder_input(labels).to_tensor()),
                    training=False)
     totals += [float(tf.reduce_sum(x)) for x in loss_lib.token_losses(
