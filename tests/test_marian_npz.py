@@ -328,3 +328,12 @@ def test_fine_tunes_an_imported_release(tmp_path):
   assert evaluations[0]["metrics"]["nll"] == pytest.approx(expected["nll"],
                                                            rel=1e-4)
   assert evaluations[1]["metrics"]["nll"] < evaluations[0]["metrics"]["nll"]
+  # The imported run and its tuned one: one vocabulary, so an ensemble
+  # (bin/translate.py --model_dir twice), in Transformers' text form.
+  translated = subprocess.run(
+      [sys.executable, "bin/translate.py", f"--model_dir={run}",
+       f"--model_dir={tuned}", "--decoding=greedy", "--max_length_offset=4"],
+      input=">>fra<< the cat sat\na dog ran\n", capture_output=True,
+      text=True, check=False)
+  assert translated.returncode == 0, translated.stderr[-3000:]
+  assert len(translated.stdout.splitlines()) == 2
