@@ -225,6 +225,21 @@ def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
   np.testing.assert_allclose(scored["log_prob"].numpy(),
                              [sum(r.log_probs) for r in theirs],
                              atol=SCORE_BOUND * 10)
+  # The other signatures: n-best lists, prefixes cut by target.spm, and
+  # the attention behind a translation, over the pieces the model read.
+  signatures = loaded.signatures
+  nbest = signatures["nbest"](text=tf.constant(texts))["translations"]
+  assert nbest.shape[0] == 3
+  assert list(nbest[:, 0].numpy()) == list(translations)
+  prefixed = signatures["translate_with_prefix"](
+      text=tf.constant(texts), prefix=tf.constant(["THE CAT", "", "TWO"]))
+  got = [t.decode() for t in prefixed["translation"].numpy()]
+  assert got[0].startswith("THE CAT") and got[2].startswith("TWO")
+  shown = signatures["attention"](text=tf.constant([">>fra<< the cat"]))
+  tokens = [t.decode() for t in shown["source_tokens"].numpy()[0]]
+  assert tokens[0] == ">>fra<<"
+  assert "".join(tokens[1:]).startswith("\u2581the\u2581cat")
+  assert shown["encoder_decoder"].shape[:3] == (1, LAYERS, HEADS)
   # The run's own CTranslate2 export: the SavedModel's translations and
   # CTranslate2's scores of the same texts, a target-language token too.
   from tf_transformer.serving.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
