@@ -22,12 +22,12 @@ first; and the vocabulary's SHA-256, so that a table of another vocabulary
 is refused.
 """
 
-import hashlib
 import os
 import typing
 
 import numpy as np
 
+from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 
 FILENAME = "shortlist.npz"
@@ -135,7 +135,7 @@ def build(stores, vocabulary, k_max=50, n_max=1000, max_pairs=1_000_000,
   candidates[s[kept], rank[kept]] = t[kept]
   frequent = np.argsort(-frequency, kind="stable")[:n_max]
   frequent = frequent[frequency[frequent] > 0].astype(np.int32)
-  return Table(candidates, frequent, _sha256(vocabulary), counted)
+  return Table(candidates, frequent, vocabulary_lib.sha256(vocabulary), counted)
 
 
 def _gather(flat, starts, rows):
@@ -146,9 +146,6 @@ def _gather(flat, starts, rows):
            + np.repeat(starts[rows].astype(np.int64), lengths))
   return np.asarray(flat)[index], offsets
 
-
-def _sha256(vocabulary):
-  return hashlib.sha256(vocabulary.model_proto).hexdigest()
 
 
 def save(table: Table, model_dir) -> str:
@@ -176,7 +173,7 @@ def load(model_dir, vocabulary) -> Table:
                     str(arrays["vocabulary_sha256"]), int(arrays["pairs"]))
   except (OSError, ValueError, KeyError) as e:
     raise DataError(f"{path}: cannot read ({e}); {build_it}") from None
-  if (table.vocabulary_sha256 != _sha256(vocabulary)
+  if (table.vocabulary_sha256 != vocabulary_lib.sha256(vocabulary)
       or table.candidates.shape[0] != vocabulary.vocab_size):
     raise DataError(f"{path}: made for another vocabulary than "
                     f"{model_dir}'s; {build_it}")

@@ -22,7 +22,6 @@ only its own pairs.
 """
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -36,6 +35,7 @@ import numpy as np
 from tf_transformer.data import corpora
 from tf_transformer.data import errors
 from tf_transformer.data import sources
+from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.progress import Progress
 
@@ -74,9 +74,6 @@ def _origin(spec) -> dict:
     data["numbers_seed"] = spec.seed
   return {"data": data, "files": files}
 
-
-def _sha256(vocabulary) -> str:
-  return hashlib.sha256(vocabulary.model_proto).hexdigest()
 
 
 def _path(directory, corpus, name):
@@ -150,7 +147,7 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
                   skipped=dict(read.skipped), dtype=np.dtype(dtype).name,
                   source_tokens=int(offsets[-1, 0]),
                   target_tokens=int(offsets[-1, 1]),
-                  vocabulary_sha256=_sha256(vocabulary),
+                  vocabulary_sha256=vocabulary_lib.sha256(vocabulary),
                   tokenize_seconds=round(seconds, 3), threads=num_threads)
   with open(_path(directory, corpus, "manifest") + ".tmp", "w") as f:
     json.dump(manifest, f, indent=2)
@@ -243,7 +240,7 @@ def _stale(manifest, spec, corpus, vocabulary) -> Optional[str]:
   `vocabulary`, or None."""
   if manifest.get("format") != FORMAT:
     return f"format {manifest.get('format')}, expected {FORMAT}"
-  if manifest.get("vocabulary_sha256") != _sha256(vocabulary):
+  if manifest.get("vocabulary_sha256") != vocabulary_lib.sha256(vocabulary):
     return "tokenized with another vocabulary"
   now = _origin(spec)
   if json.loads(json.dumps(now["data"])) != manifest["data"]:

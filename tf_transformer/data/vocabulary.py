@@ -9,6 +9,7 @@ and detokenization run in the TensorFlow graph through tensorflow-text's
 The model file (`vocabulary.model`) is stored with the model.
 """
 
+import hashlib
 import io
 import os
 import re
@@ -57,6 +58,12 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe",
           "the corpus") from None
     raise DataError(f"SentencePiece training failed: {e}") from None
   return model.getvalue()
+
+
+def sha256(vocabulary) -> str:
+  """What identifies a vocabulary (a `Vocabulary` or a `MarianVocabulary`)
+  in the files made with it: token arrays, shortlist tables."""
+  return hashlib.sha256(vocabulary.model_proto).hexdigest()
 
 
 class Vocabulary:

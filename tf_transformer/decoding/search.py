@@ -96,6 +96,22 @@ class DecodingOptions(DecodingConfig):
             "sample": self.num_samples}[self.method]
 
 
+# Why a shortlist and XLA do not go together (one rule, said once).
+XLA_WITH_SHORTLIST = ("--shortlist with --xla: a shortlist's size varies by "
+                      "request, which XLA would compile anew; choose one")
+
+
+def refuse_xla_with_shortlist(xla, shortlist):
+  """Raises ValueError(`XLA_WITH_SHORTLIST`) where both are asked for.
+
+  Args:
+    xla: whether the search is compiled with XLA.
+    shortlist: whether a vocabulary shortlist is given.
+  """
+  if xla and shortlist:
+    raise ValueError(XLA_WITH_SHORTLIST)
+
+
 def decode(model, source_ids, options=DecodingOptions(), *, prefix=None,
            step_weights=None, shortlist=None):
   """The one search entry.
@@ -115,10 +131,7 @@ def decode(model, source_ids, options=DecodingOptions(), *, prefix=None,
     (ids [batch, nbest, length], scores [batch, nbest]), best first, PAD
     after each output.
   """
-  if options.xla and shortlist is not None:
-    raise ValueError("a shortlist with xla=True: the shortlist's size "
-                     "varies by request, which XLA would compile anew; "
-                     "choose one")
+  refuse_xla_with_shortlist(options.xla, shortlist is not None)
   if options.xla:
     return _in_buckets(model, source_ids, options, prefix, step_weights)
   if options.parts > 1:

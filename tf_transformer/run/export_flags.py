@@ -3,6 +3,7 @@ mean."""
 
 from absl import flags
 
+from tf_transformer.decoding.search import XLA_WITH_SHORTLIST
 from tf_transformer.run import translator_flags
 from tf_transformer.serving.export import DTYPES
 
@@ -53,8 +54,7 @@ def define_flags():
   flags.mark_flags_as_required(["model_dir", "export_dir"])
   flags.register_multi_flags_validator(
       ["xla", "shortlist"], lambda f: not (f["xla"] and f["shortlist"]),
-      "--xla with --shortlist: a shortlist's size varies by request, which "
-      "XLA would compile anew; choose one")
+      XLA_WITH_SHORTLIST)
   flags.register_multi_flags_validator(
       ["xla", "decode_parts"],
       lambda f: not (f["xla"] and f["decode_parts"] > 1),

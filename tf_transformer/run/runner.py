@@ -28,6 +28,7 @@ from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import ensemble as ensemble_lib
+from tf_transformer.decoding.search import refuse_xla_with_shortlist
 from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.serving.translation_module import TranslationModule
@@ -336,9 +337,7 @@ class Runner:
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
                        "(CTranslate2 stores its types by --quantization)")
-    if shortlist and xla:
-      raise ValueError("--shortlist with --xla: a shortlist's size varies "
-                       "by request, which XLA would compile anew; choose one")
+    refuse_xla_with_shortlist(xla, bool(shortlist))
     if checkpoint == "best" and not ensemble:
       checkpoint = best_lib.best_checkpoint(self.model_dir)
     model, vocabulary, options = loading.trained(

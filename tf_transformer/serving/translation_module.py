@@ -65,6 +65,7 @@ from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.ensemble import without_xla_attention
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
+from tf_transformer.decoding.search import refuse_xla_with_shortlist
 from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.special_ids import PAD_ID
 
@@ -95,9 +96,7 @@ class TranslationModule(tf.Module):
                max_input_tokens=256, xla=False, decode_parts=1,
                shortlist=None):
     super().__init__()
-    if xla and shortlist is not None:
-      raise ValueError("--shortlist with --xla: a shortlist's size varies "
-                       "by request, which XLA would compile anew; choose one")
+    refuse_xla_with_shortlist(xla, shortlist is not None)
     model = without_xla_attention(model)
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
