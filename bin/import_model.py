@@ -18,6 +18,7 @@ setting; nothing is written then.
 import sys
 
 from absl import flags
+from absl import logging
 
 from tf_transformer import command
 from tf_transformer.run.import_run import import_marian
@@ -36,6 +37,7 @@ flags.mark_flag_as_required("model_dir")
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # not the checkpoint's info lines
   try:
     result = import_marian(getattr(FLAGS, "from"), FLAGS.model_dir)
   except (ValueError, FileNotFoundError, FileExistsError) as e:

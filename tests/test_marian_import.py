@@ -342,3 +342,27 @@ def test_tokens_equal_marian_tokenizer_with_language_codes(tmp_path):
     got = ours.processor(side).encode(lines)
     assert [ours.order[row].tolist() for row in got] == [
         row[:-1] for row in want]
+
+
+def test_pytorch_weights_only_with_torch(tmp_path, monkeypatch):
+  """pytorch_model.bin (older releases) is read with torch's weights_only
+  loader where torch is installed, and refused in one line where not."""
+  theirs_model = _save(str(tmp_path))
+  (tmp_path / "model.safetensors").unlink()
+  torch.save(theirs_model.state_dict(), str(tmp_path / "pytorch_model.bin"))
+  from_bin = marian_import.from_transformers(str(tmp_path))
+  source, target = next(_pairs(1))
+  ours_id = np.argsort(from_bin.order)
+  with torch.no_grad():
+    logits = theirs_model(input_ids=torch.tensor(source[None]),
+                          labels=torch.tensor(target[None])).logits
+  ours = _log_softmax(from_bin.model((
+      ours_id[source][None],
+      np.concatenate([[special_ids.BOS_ID], ours_id[target[:-1]]])[None])))
+  assert np.abs(ours[0][:, ours_id] - torch.log_softmax(logits, -1)[0]
+                .numpy()).max() < LOG_PROB_BOUND
+  monkeypatch.setitem(__import__("sys").modules, "torch", None)
+  with pytest.raises(ValueError) as error:
+    marian_import.from_transformers(str(tmp_path))
+  assert "pytorch_model.bin: reading it needs torch" in str(error.value)
+  assert len(str(error.value).splitlines()) == 1
