@@ -135,7 +135,8 @@ def build(stores, vocabulary, k_max=50, n_max=1000, max_pairs=1_000_000,
   candidates[s[kept], rank[kept]] = t[kept]
   frequent = np.argsort(-frequency, kind="stable")[:n_max]
   frequent = frequent[frequency[frequent] > 0].astype(np.int32)
-  return Table(candidates, frequent, vocabulary_lib.sha256(vocabulary), counted)
+  return Table(candidates, frequent, vocabulary_lib.sha256(vocabulary),
+               counted)
 
 
 def _gather(flat, starts, rows):
@@ -145,7 +146,6 @@ def _gather(flat, starts, rows):
   index = (np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
            + np.repeat(starts[rows].astype(np.int64), lengths))
   return np.asarray(flat)[index], offsets
-
 
 
 def save(table: Table, model_dir) -> str:

@@ -75,7 +75,6 @@ def _origin(spec) -> dict:
   return {"data": data, "files": files}
 
 
-
 def _path(directory, corpus, name):
   suffix = "tokens.json" if name == "manifest" else f"{name}.npy"
   return os.path.join(directory, f"{corpus}.{suffix}")
