@@ -56,6 +56,11 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
   # dev metric, whichever ranks higher there, and the summary says which,
   # by what and why.
   assert "--best_metric=exact_match" in announced[1][1]
+  # The precision is chosen for this host (training/precision.py), kept in
+  # the run directory, and the announced command asks for the same.
+  assert "--mixed_precision=auto" in announced[1][1]
+  chosen = json.loads((work / "run" / "precision.json").read_text())
+  assert chosen["mixed_precision"] in (None, "bfloat16"), chosen
   best = json.loads((work / "run" / "best" / "best.json").read_text())
   assert best["step"] in (10, 20, 30) and best["metric"] == "exact_match"
   export_command = dict(announced)["export"]

@@ -2,6 +2,8 @@
 
 from absl import flags
 
+from tf_transformer.run import translator_flags
+
 SECTIONS = ("train", "scaling", "decode", "serving", "shortlist", "input")
 
 
@@ -29,9 +31,10 @@ def define_flags():
   flags.DEFINE_integer("profile_sentences", 10, "serving: one-sentence "
                        "requests profiled to count the kernels a decoding "
                        "step executes (0: none).", lower_bound=0)
-  flags.DEFINE_list("serving_shortlist", ["20", "300"], "serving: K,N of "
-                    "the *_shortlist and ct2_float32_vmap decoders (export "
-                    "--shortlist; the run's table is built where missing).")
+  flags.DEFINE_string("serving_shortlist", "20,300", "serving: K,N of "
+                      "the *_shortlist and ct2_float32_vmap decoders (export "
+                      "--shortlist; the run's table is built where missing).")
+  translator_flags.register_shortlist_validator("serving_shortlist")
   flags.DEFINE_list("shortlist_vocab_sizes", ["8000", "37000"], "shortlist: "
                     "vocabulary sizes of the synthetic shortlist section.")
   flags.DEFINE_integer("threads", 2, "serving: CPU threads of each decoder.")

@@ -19,7 +19,7 @@ import time
 
 import tensorflow as tf
 
-from tf_transformer.benchmark.timing import median_seconds
+from tf_transformer.stopwatch import median_seconds
 from tf_transformer.data import sequences
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding.search import DecodingOptions

@@ -134,7 +134,8 @@ def shortlist_section(o, config, report):
   import keras
   from tf_transformer import build_model
   from tf_transformer.benchmark import decoding_speed
-  k, n = (int(x) for x in o.serving_shortlist)
+  from tf_transformer.run import translator_flags
+  k, n = translator_flags.parse_shortlist(o.serving_shortlist)
   columns = ["vocab_size", "full_sentences_per_sec",
              "shortlist_sentences_per_sec", "speedup", "shortlist_pieces"]
   _print_header(f"vocabulary shortlist {k},{n} against the vocabulary "
@@ -160,6 +161,7 @@ def serving_section(o, report):
   # pylint: disable=g-import-not-at-top
   from tf_transformer.benchmark import serving_speed
   from tf_transformer.data.corpora import read_lines
+  from tf_transformer.run import translator_flags
   if not (o.model_dir and o.source):
     raise ValueError("--sections=serving needs --model_dir (a trained "
                          "run) and --source (real text)")
@@ -172,7 +174,7 @@ def serving_section(o, report):
       tuple(o.serving_decoders or serving_speed.DECODERS), o.threads,
       o.runs, 1, o.latency_sentences, clients=o.clients,
       profile_sentences=o.profile_sentences,
-      shortlist=tuple(int(x) for x in o.serving_shortlist))
+      shortlist=translator_flags.parse_shortlist(o.serving_shortlist))
   results, options = serving_speed.measure(
       o.model_dir, settings, log=lambda m: print(m, flush=True))
   figures = serving_speed.summarize(

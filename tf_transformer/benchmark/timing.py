@@ -1,29 +1,15 @@
-"""Medians of timed runs, this machine's fp32 matmul peak, and what the
+"""This machine's fp32 matmul peak and memory bandwidth, and what the
 machine and the software are, for benchmark reports."""
 
 import importlib
 import os
-import platform
-import statistics
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
 
-
-def median_seconds(fn, runs=5, warmup=1):
-  """Median wall time of `fn()` over `runs` calls after `warmup` untimed
-  ones (tracing, XLA compilation, caches). `fn` must block until its work
-  is done (e.g. read a result back with .numpy())."""
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(runs):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+from tf_transformer import cpu
+from tf_transformer.stopwatch import median_seconds
 
 
 def matmul_peak(n=4096, runs=5):
@@ -85,30 +71,6 @@ def read_bandwidth(megabytes=256, depth=64, group=4, block_rows=64, runs=5,
   return speeds
 
 
-def _cpu_model():
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
-
-
-def _cpu_flags():
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("flags"):
-          flags = set(line.split(":", 1)[1].split())
-          return sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16",
-                                 "amx_bf16", "amx_tile"})
-  except OSError:
-    pass
-  return []
-
-
 def machine():
   """The machine and the software a report was measured with."""
   import keras  # pylint: disable=g-import-not-at-top
@@ -120,7 +82,8 @@ def machine():
     except ImportError:
       pass
   return {
-      "cpu": _cpu_model(), "cpu_flags": _cpu_flags(),
+      "cpu": cpu.model_name(), "cpu_flags": sorted((cpu.flags() or set()) & {
+          "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
       "cores": os.cpu_count(),
       "gpus": len(tf.config.list_physical_devices("GPU")),
       "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""),

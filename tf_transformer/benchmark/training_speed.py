@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tf_transformer import cost
 from tf_transformer.benchmark import gpu_check
-from tf_transformer.benchmark.timing import median_seconds
+from tf_transformer.stopwatch import median_seconds
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import trainer as trainer_lib
@@ -59,12 +59,10 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
   trainer = trainer_lib.Trainer(config, None, DataSpec(), options,
                                 _strategy(variant.devices))
   batch = synthetic_batch(config.model.vocab_size, batch_tokens, length)
-  distributed = next(iter(trainer.strategy.experimental_distribute_dataset(
-      tf.data.Dataset.from_tensors(batch))))
+  train_step = trainer.fixed_batch_step(batch)
 
   def step():
-    loss = trainer.compiled(trainer._train_step)(distributed)[0]  # pylint: disable=protected-access
-    if not np.isfinite(float(loss)):
+    if not np.isfinite(train_step()):
       raise RuntimeError(f"{variant.name}: the loss is not finite")
 
   seconds = median_seconds(step, runs, warmup)

@@ -38,9 +38,10 @@ def define_flags():
   flags.DEFINE_enum("export_dtype", "float32", list(DTYPES),
                     "The export's weights and matmuls (bin/export.py "
                     "--dtype).")
-  flags.DEFINE_enum("mixed_precision", "", ["", "bfloat16", "float16"],
+  flags.DEFINE_enum("mixed_precision", "auto",
+                    ["auto", "float32", "bfloat16", "float16"],
                     "Train in mixed precision (bin/train.py "
-                    "--mixed_precision).")
+                    "--mixed_precision); auto: chosen for this CPU.")
   flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "
                        "the task's 40,000); fewer for a quick try.")
 

@@ -156,7 +156,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
             data_dir=None, config=None, hparams="", train_steps=None,
             train_minutes=None, vocab_size=None, average_checkpoints=5,
             num_examples=8, seed=0, numbers_train_size=None,
-            export_dtype="float32", mixed_precision="", stop=None,
+            export_dtype="float32", mixed_precision="auto", stop=None,
             announce: Callable[[str, str], None] = lambda stage, line: None
             ) -> JobResult:
   """Runs every stage; `announce(stage, command)` hears of each before it

@@ -42,6 +42,7 @@ from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
 from tf_transformer.training import best as best_lib
+from tf_transformer.training import precision
 from tf_transformer.training import evaluator
 from tf_transformer.training import trainer as trainer_lib
 from tf_transformer.training.checkpoints import average_checkpoints
@@ -132,6 +133,13 @@ class Runner:
           config, spec, chief, vocab_size, vocab_model_type,
           train_options.seed, train_options.max_length, allow_recipe_change,
           flags_text, allow_data_change)
+      mixed_precision, why = precision.resolve(
+          self.model_dir, train_options.mixed_precision, config, chief,
+          strategy_lib.num_workers(strategy))
+      if why:
+        logging.info("mixed precision: %s", why)
+      train_options = dataclasses.replace(train_options,
+                                          mixed_precision=mixed_precision)
       logging.info("%s on %d replica(s), whole-step XLA %s: %s",
                    type(strategy).__name__, strategy.num_replicas_in_sync,
                    "on" if train_options.jit_compile_step else "off", config)

@@ -5,6 +5,7 @@ from absl import flags
 from tf_transformer import config as config_lib
 from tf_transformer.data import data_flags
 from tf_transformer.run import run_dir
+from tf_transformer.training import precision
 from tf_transformer.training import strategy as strategy_lib
 
 # Flags that are TrainOptions fields of the same name.
@@ -57,8 +58,13 @@ def define_flags():
                     "gradient under XLA (a few fused passes over the logits).")
   flags.DEFINE_bool("jit_compile_step", False, "Compile each replica's whole "
                     "training step with XLA (one device, or GPUs).")
-  flags.DEFINE_enum("mixed_precision", "", ["", "bfloat16", "float16"],
-                    "Mixed precision; float16 uses dynamic loss scaling.")
+  flags.DEFINE_enum("mixed_precision", "",
+                    ["", "auto", "float32", "bfloat16", "float16"],
+                    "Mixed precision; float16 uses dynamic loss scaling; "
+                    "auto: bfloat16 where the CPU has AVX512_BF16 or AMX and "
+                    "a probe of the step finds it faster, else float32, "
+                    "chosen once and kept on resume (docs/training.md). "
+                    "Default: auto with --config=auto, else float32.")
   flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per "
                        "update, to reach the paper's batch on less hardware.")
   flags.DEFINE_integer("checkpoint_every_secs", 600, "Checkpoint period in "
@@ -162,7 +168,8 @@ def train_arguments(values=None) -> dict:
       allow_data_change=values.allow_data_change,
       ignore_run_lock=values.ignore_run_lock,
       flags_text=values.flags_into_string(),
-      mixed_precision=values.mixed_precision or None,
+      mixed_precision=values.mixed_precision or (
+          precision.AUTO if values.config == "auto" else None),
       **{name: values[name].value for name in TRAIN_OPTIONS})
 
 

@@ -56,14 +56,19 @@ def define_shortlist_flag():
       "the run's table (bin/build_shortlist.py) and the N most frequent, "
       "scores normalized there (docs/serving.md). Default: the whole "
       "vocabulary.")
+  register_shortlist_validator("shortlist")
+
+
+def register_shortlist_validator(name):
+  """Refuses a --`name` that is not K,N, naming the flag."""
   flags.register_validator(
-      "shortlist", lambda value: value is None or _k_n(value) is not None,
-      "--shortlist: expected K,N, two integers >= 0 with K + N > 0, e.g. "
-      "--shortlist=20,300")
+      name, lambda value: value is None or parse_shortlist(value) is not None,
+      f"--{name}: expected K,N, two integers >= 0 with K + N > 0, e.g. "
+      f"--{name}=20,300")
 
 
-def _k_n(value):
-  """(K, N) of a --shortlist value, or None where it is not one."""
+def parse_shortlist(value):
+  """(K, N) of a K,N shortlist value, or None where it is not one."""
   parts = value.split(",")
   if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
     return None
@@ -74,7 +79,7 @@ def _k_n(value):
 def shortlist(values=None):
   """--shortlist as (K, N), or None."""
   value = (values or flags.FLAGS).shortlist
-  return None if value is None else _k_n(value)
+  return None if value is None else parse_shortlist(value)
 
 
 def define_flags():

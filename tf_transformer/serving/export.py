@@ -31,12 +31,11 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer import cpu
 from tf_transformer.serving.translation_module import TranslationModule
 
 # What an export's weights and matmuls may be (bin/export.py --dtype).
 DTYPES = ("float32", "bfloat16")
-# /proc/cpuinfo flags of the instructions that multiply bfloat16 natively.
-BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def next_version_dir(export_dir):
@@ -47,39 +46,29 @@ def next_version_dir(export_dir):
   return os.path.join(export_dir, str(max(versions, default=0) + 1))
 
 
-def _cpu_flags(cpuinfo):
-  """The CPU's /proc/cpuinfo flags, or None where unreadable."""
-  try:
-    with open(cpuinfo, encoding="utf-8") as f:
-      return set(f.read().split())
-  except OSError:
-    return None
-
-
-def bfloat16_warning(cpuinfo="/proc/cpuinfo"):
+def bfloat16_warning(cpuinfo=cpu.CPUINFO):
   """None where this CPU multiplies bfloat16 natively, else one line that
   says it does not (or could not be checked)."""
-  flags = _cpu_flags(cpuinfo)
-  if flags is None:
+  found = cpu.bfloat16_flags(cpuinfo)
+  if found is None:
     return (f"could not read {cpuinfo} to check this CPU for bfloat16 "
             "instructions (AVX512_BF16, AMX): without them bfloat16 is "
             "emulated, slower than float32")
-  if flags & set(BFLOAT16_CPU_FLAGS):
+  if found:
     return None
   return ("this CPU has neither AVX512_BF16 nor AMX: a bfloat16 export is "
           "emulated here, slower than float32; serve it on a CPU that has "
           "them, or on a GPU")
 
 
-def float32_note(cpuinfo="/proc/cpuinfo"):
+def float32_note(cpuinfo=cpu.CPUINFO):
   """For a float32 export: one line where this CPU multiplies bfloat16
   natively (the --dtype=bfloat16 export may then serve faster), else
   None."""
-  flags = _cpu_flags(cpuinfo) or set()
-  found = sorted(flags & set(BFLOAT16_CPU_FLAGS))
+  found = cpu.bfloat16_flags(cpuinfo)
   if not found:
     return None
-  return (f"this CPU has {' and '.join(f.upper() for f in found)}: "
+  return (f"this CPU has {' and '.join(found)}: "
           "--dtype=bfloat16 may serve faster here (measure both with "
           "bin/benchmark.py --sections=serving; docs/serving.md#bfloat16)")
 

@@ -69,6 +69,14 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
       "chief" not in resolver.cluster_spec().as_dict())
 
 
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+  """The processes a multi-worker run trains in (chief and workers); 1
+  for any other strategy."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  spec = resolver.cluster_spec().as_dict() if resolver else {}
+  return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
+
+
 def worker_id(strategy: tf.distribute.Strategy) -> int:
   resolver = getattr(strategy, "cluster_resolver", None)
   return int(getattr(resolver, "task_id", 0) or 0)

@@ -364,6 +364,16 @@ class Trainer:
       self._functions[step.__name__] = function
     return function
 
+  def fixed_batch_step(self, batch):
+    """A function that runs one optimizer update on `batch`, ((source,
+    target_in), target_out) of the global batch, each call and returns its
+    summed loss: a probe's or a benchmark's step, without the input
+    pipeline."""
+    distributed = next(iter(self.strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors(batch))))
+    step = self.compiled(self._train_step)
+    return lambda: float(step(distributed)[0])
+
   def train_one_step(self):
     """One optimizer update; returns (loss, nll, target tokens, source
     tokens, gradient norm) summed over the global batch."""

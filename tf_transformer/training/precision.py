@@ -1,0 +1,138 @@
+"""Mixed precision chosen for the host a run trains on: bfloat16 only where
+the CPU multiplies it natively (AVX512_BF16 or AMX) and a short probe of
+the run's own training step finds it faster than float32; otherwise
+float32. The choice is saved in the run directory, so a resumed run keeps
+it (docs/training.md, "Mixed precision")."""
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from tf_transformer import cpu
+from tf_transformer.data.sources import DataSpec
+from tf_transformer.stopwatch import median_seconds
+from tf_transformer.training import optimizer as optimizer_lib
+from tf_transformer.training import trainer as trainer_lib
+
+AUTO = "auto"  # --mixed_precision=auto: choose by this module
+FLOAT32 = "float32"  # --mixed_precision=float32: none
+FILENAME = "precision.json"
+# bfloat16 must be this much faster in the probe: two short timings on a
+# shared host move by a few percent, and a wrong bfloat16 costs precision
+# as well as time.
+MARGIN = 1.1
+PROBE_LENGTH = 32  # tokens a sentence of the probe's batch, each side
+PROBE_STEPS = 3  # timed updates, after one untimed (tracing included)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  mixed_precision: Optional[str]  # "bfloat16", or None for float32
+  reason: str  # one line for the log
+
+
+def probe_tokens_per_sec(config, mixed_precision, length=PROBE_LENGTH,
+                         steps=PROBE_STEPS):
+  """Source and target tokens a second of `config`'s training step (loss,
+  gradients, Adam; section 5) on one CPU device.
+
+  Args:
+    config: a TransformerConfig; its batch_tokens set the batch.
+    mixed_precision: None (float32) or "bfloat16".
+    length: tokens a sentence, each side, of the random batch.
+    steps: updates timed, after one untimed update.
+  Returns:
+    tokens a second, from the median update's time.
+  """
+  model_dir = tempfile.mkdtemp(prefix="tf_transformer_probe_")
+  try:
+    options = trainer_lib.TrainOptions(
+        model_dir=model_dir, max_length=length, eval_every_steps=0,
+        checkpoint_every_secs=0, mixed_precision=mixed_precision,
+        log_gradient_norm=False)
+    trainer = trainer_lib.Trainer(
+        config.replace(train_steps=10**9), None, DataSpec(), options,
+        tf.distribute.OneDeviceStrategy("/cpu:0"))
+    rows = max(1, config.training.batch_tokens // length)
+    ids = tf.random.stateless_uniform(
+        [3, rows, length], seed=[0, 0], minval=4,
+        maxval=config.model.vocab_size, dtype=tf.int32)
+    step = trainer.fixed_batch_step(((ids[0], ids[1]), ids[2]))
+    return 2 * rows * length / median_seconds(step, steps)
+  finally:
+    optimizer_lib.set_mixed_precision(None)
+    shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def choose(config, cpuinfo=cpu.CPUINFO,
+           probe: Callable[..., float] = probe_tokens_per_sec) -> Choice:
+  """float32 or bfloat16 for training `config` on this host.
+
+  Args:
+    config: the run's TransformerConfig.
+    cpuinfo: where the CPU's flags are read.
+    probe: tokens a second of `config` under a mixed precision (None:
+      float32), `probe_tokens_per_sec` unless a test forces a result.
+  Returns:
+    A Choice: bfloat16 where the CPU has AVX512_BF16 or AMX and the probe
+    finds it at least MARGIN times faster, else float32; its reason names
+    the CPU's instructions and the probe's figures.
+  """
+  found = cpu.bfloat16_flags(cpuinfo)
+  if not found:
+    return Choice(None, "float32: this CPU has neither AVX512_BF16 nor AMX "
+                  "(bfloat16 would be emulated, slower)" if found == [] else
+                  f"float32: could not read {cpuinfo} to check the CPU for "
+                  "bfloat16 instructions")
+  float32, bfloat16 = probe(config, None), probe(config, "bfloat16")
+  ratio = bfloat16 / float32
+  measured = (f"this CPU has {' and '.join(found)}; a probe of the training "
+              f"step gave {bfloat16:,.0f} tokens/s in bfloat16 against "
+              f"{float32:,.0f} in float32, {ratio:.2f}x")
+  if ratio >= MARGIN:
+    return Choice("bfloat16", f"bfloat16 mixed precision: {measured}")
+  return Choice(None, f"float32: {measured}, below the {MARGIN}x that "
+                "bfloat16 must gain")
+
+
+def resolve(model_dir, mixed_precision, config, chief=True, workers=1,
+            **choose_args):
+  """The mixed precision a run trains in, and the line saying why.
+
+  Args:
+    model_dir: the run directory; its FILENAME keeps an automatic choice.
+    mixed_precision: the flag: AUTO, FLOAT32, "", None, "bfloat16" or
+      "float16". Only AUTO chooses; the others are taken as given.
+    config: the run's TransformerConfig.
+    chief: whether this worker writes the run directory.
+    workers: the run's worker processes; AUTO probes one host, so it is
+      refused for more than one.
+    **choose_args: passed to `choose` (a test's forced probe).
+  Returns:
+    (None, "bfloat16" or "float16"; a line for the log, or None where the
+    flag was given).
+  Raises:
+    ValueError: AUTO for a run of several workers.
+  """
+  if mixed_precision != AUTO:
+    return (None if mixed_precision in (None, "", FLOAT32)
+            else mixed_precision), None
+  if workers > 1:
+    raise ValueError("--mixed_precision=auto probes one host; a run of "
+                     f"{workers} workers needs float32 or bfloat16 given")
+  path = os.path.join(model_dir, FILENAME)
+  if tf.io.gfile.exists(path):
+    with tf.io.gfile.GFile(path) as f:
+      kept = json.load(f)
+    return kept["mixed_precision"], (
+        f"{kept['reason']} (chosen at the run's first start, kept)")
+  choice = choose(config, **choose_args)
+  if chief:
+    with tf.io.gfile.GFile(path, "w") as f:
+      json.dump(dataclasses.asdict(choice), f)
+  return choice.mixed_precision, choice.reason
