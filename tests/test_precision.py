@@ -109,7 +109,7 @@ def test_a_run_trains_in_the_chosen_precision_and_resumes_in_it(
 
   def forced(config, **unused):
     chose.append(config)
-    return precision.Choice("bfloat16", "bfloat16 mixed precision: forced")
+    return precision.Choice("bfloat16", "bfloat16: forced")
   monkeypatch.setattr(precision, "choose", forced)
   options = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
                  vocab_size=400, mixed_precision=precision.AUTO)

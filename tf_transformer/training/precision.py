@@ -95,7 +95,7 @@ def choose(config, cpuinfo=cpu.CPUINFO,
               f"step gave {bfloat16:,.0f} tokens/s in bfloat16 against "
               f"{float32:,.0f} in float32, {ratio:.2f}x")
   if ratio >= MARGIN:
-    return Choice("bfloat16", f"bfloat16 mixed precision: {measured}")
+    return Choice("bfloat16", f"bfloat16: {measured}")
   return Choice(None, f"float32: {measured}, below the {MARGIN}x that "
                 "bfloat16 must gain")
 
