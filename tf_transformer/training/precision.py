@@ -2,7 +2,7 @@
 the CPU multiplies it natively (AVX512_BF16 or AMX) and a short probe of
 the run's own training step finds it faster than float32; otherwise
 float32. The choice is saved in the run directory, so a resumed run keeps
-it (docs/training.md, "Mixed precision")."""
+it (docs/training.md, "Mixed precision for the host")."""
 
 import dataclasses
 import json
