@@ -10,16 +10,23 @@ CPUINFO = "/proc/cpuinfo"
 BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def flags(cpuinfo=CPUINFO):
-  """The CPU's /proc/cpuinfo flags as a set, or None where unreadable."""
+def _field(cpuinfo, name):
+  """The value of /proc/cpuinfo's first `name` line ("" where there is
+  none), or None where the file cannot be read."""
   try:
     with open(cpuinfo, encoding="utf-8") as f:
       for line in f:
-        if line.startswith("flags"):
-          return set(line.split(":", 1)[1].split())
+        if line.startswith(name):
+          return line.split(":", 1)[1].strip()
   except OSError:
     return None
-  return set()
+  return ""
+
+
+def flags(cpuinfo=CPUINFO):
+  """The CPU's /proc/cpuinfo flags as a set, or None where unreadable."""
+  value = _field(cpuinfo, "flags")
+  return None if value is None else set(value.split())
 
 
 def bfloat16_flags(cpuinfo=CPUINFO):
@@ -33,11 +40,5 @@ def bfloat16_flags(cpuinfo=CPUINFO):
 
 def model_name(cpuinfo=CPUINFO):
   """The CPU's model name, or what `platform` knows."""
-  try:
-    with open(cpuinfo, encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
+  return (_field(cpuinfo, "model name") or platform.processor()
+          or platform.machine())

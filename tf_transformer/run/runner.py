@@ -134,7 +134,7 @@ class Runner:
           train_options.seed, train_options.max_length, allow_recipe_change,
           flags_text, allow_data_change)
       mixed_precision, why = precision.resolve(
-          self.model_dir, train_options.mixed_precision, config, chief,
+          self.model_dir, train_options.mixed_precision, config,
           strategy_lib.num_workers(strategy))
       if why:
         logging.info("mixed precision: %s", why)

@@ -100,8 +100,7 @@ def choose(config, cpuinfo=cpu.CPUINFO,
                 "bfloat16 must gain")
 
 
-def resolve(model_dir, mixed_precision, config, chief=True, workers=1,
-            **choose_args):
+def resolve(model_dir, mixed_precision, config, workers=1, **choose_args):
   """The mixed precision a run trains in, and the line saying why.
 
   Args:
@@ -109,7 +108,6 @@ def resolve(model_dir, mixed_precision, config, chief=True, workers=1,
     mixed_precision: the flag: AUTO, FLOAT32, "", None, "bfloat16" or
       "float16". Only AUTO chooses; the others are taken as given.
     config: the run's TransformerConfig.
-    chief: whether this worker writes the run directory.
     workers: the run's worker processes; AUTO probes one host, so it is
       refused for more than one.
     **choose_args: passed to `choose` (a test's forced probe).
@@ -132,7 +130,6 @@ def resolve(model_dir, mixed_precision, config, chief=True, workers=1,
     return kept["mixed_precision"], (
         f"{kept['reason']} (chosen at the run's first start, kept)")
   choice = choose(config, **choose_args)
-  if chief:
-    with tf.io.gfile.GFile(path, "w") as f:
-      json.dump(dataclasses.asdict(choice), f)
+  with tf.io.gfile.GFile(path, "w") as f:  # one worker: the chief
+    json.dump(dataclasses.asdict(choice), f)
   return choice.mixed_precision, choice.reason
