@@ -26,8 +26,7 @@ import numpy as np
 from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
-from tf_transformer.special_ids import BOS_ID
-from tf_transformer.special_ids import EOS_ID
+from tf_transformer.data.synthetic import random_pairs
 from tf_transformer.training import loss as loss_lib
 from tf_transformer.training import optimizer as optimizer_lib
 
@@ -37,29 +36,6 @@ from tf_transformer.training import optimizer as optimizer_lib
 PEAK_TFLOPS = {"H100": {"bfloat16": 989.4, "tf32": 494.7},
                "H200": {"bfloat16": 989.4, "tf32": 494.7}}
 REFERENCE_FILES = ("config.json", "model.weights.h5", "batch.npz")
-
-
-def synthetic_batch(vocab_size, batch_tokens, sequence_length, seed=0):
-  """A batch of random full-length pairs, the shape of one length bucket.
-
-  Args:
-    vocab_size: pieces are drawn from the ids past the special ones.
-    batch_tokens: tokens a side (the paper's 25,000, section 5.1).
-    sequence_length: tokens a sentence, source and target, EOS last.
-    seed: the draw's seed.
-  Returns:
-    (source_ids, target_input_ids, labels), int32 numpy arrays [batch
-    // sequence_length, sequence_length].
-  """
-  rng = np.random.default_rng(seed)
-  batch = max(1, batch_tokens // sequence_length)
-  draw = lambda: rng.integers(4, vocab_size, (batch, sequence_length),
-                              dtype=np.int32)
-  source, labels = draw(), draw()
-  source[:, -1] = labels[:, -1] = EOS_ID
-  target_input = np.concatenate(
-      [np.full((batch, 1), BOS_ID, np.int32), labels[:, :-1]], axis=1)
-  return source, target_input, labels
 
 
 def peak_tflops(device_kind, policy):
@@ -101,7 +77,7 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   Args:
     preset: a `config.PRESETS` name ("base", "big", "tiny", ...).
     policy: a Keras dtype policy, "float32" or "mixed_bfloat16".
-    batch_tokens, sequence_length: as `synthetic_batch`'s.
+    batch_tokens, sequence_length: as `random_pairs`'s.
     vocab_size: the shared vocabulary (37,000 for WMT En-De, section 5.1).
     max_steps: the most timed steps.
     seconds: a time budget for the timed steps (at least 10 are run).
@@ -123,7 +99,7 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   device = jax.devices()[0]
   # Committed to the device, as the step's outputs are: one compilation.
   state = jax.device_put(state, device)
-  batch = [jax.device_put(a, device) for a in synthetic_batch(
+  batch = [jax.device_put(a, device) for a in random_pairs(
       vocab_size, batch_tokens, sequence_length)]
   # Two untimed steps: the first compiles; the second may compile again,
   # the state it is given now holding the step's own outputs.
@@ -187,7 +163,7 @@ def write_reference(directory, model=None, preset="tiny", seed=0):
     model = model_lib.build_model(config_lib.get_config(preset),
                                   dtype="float32")
   config = model.config
-  source, target_input, _ = synthetic_batch(config.model.vocab_size, 96, 12,
+  source, target_input, _ = random_pairs(config.model.vocab_size, 96, 12,
                                             seed)
   source[1, 9:] = target_input[2, 7:] = 0  # padding, masked
   logits = keras.ops.convert_to_numpy(model((source, target_input)))

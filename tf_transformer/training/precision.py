@@ -7,17 +7,12 @@ it (docs/training.md, "Mixed precision for the host")."""
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from typing import Callable, Optional
 
 import tensorflow as tf
 
 from tf_transformer import cpu
-from tf_transformer.data.sources import DataSpec
-from tf_transformer.stopwatch import median_seconds
-from tf_transformer.training import optimizer as optimizer_lib
-from tf_transformer.training import trainer as trainer_lib
+from tf_transformer.training import step_timing
 
 AUTO = "auto"  # --mixed_precision=auto: choose by this module
 FLOAT32 = "float32"  # --mixed_precision=float32: none
@@ -49,24 +44,10 @@ def probe_tokens_per_sec(config, mixed_precision, length=PROBE_LENGTH,
   Returns:
     tokens a second, from the median update's time.
   """
-  model_dir = tempfile.mkdtemp(prefix="tf_transformer_probe_")
-  try:
-    options = trainer_lib.TrainOptions(
-        model_dir=model_dir, max_length=length, eval_every_steps=0,
-        checkpoint_every_secs=0, mixed_precision=mixed_precision,
-        log_gradient_norm=False)
-    trainer = trainer_lib.Trainer(
-        config.replace(train_steps=10**9), None, DataSpec(), options,
-        tf.distribute.OneDeviceStrategy("/cpu:0"))
-    rows = max(1, config.training.batch_tokens // length)
-    ids = tf.random.stateless_uniform(
-        [3, rows, length], seed=[0, 0], minval=4,
-        maxval=config.model.vocab_size, dtype=tf.int32)
-    step = trainer.fixed_batch_step(((ids[0], ids[1]), ids[2]))
-    return 2 * rows * length / median_seconds(step, steps)
-  finally:
-    optimizer_lib.set_mixed_precision(None)
-    shutil.rmtree(model_dir, ignore_errors=True)
+  seconds, rows = step_timing.seconds_per_step(
+      config, config.training.batch_tokens, length, runs=steps,
+      mixed_precision=mixed_precision)
+  return 2 * rows * length / seconds
 
 
 def choose(config, cpuinfo=cpu.CPUINFO,
