@@ -1,5 +1,5 @@
 """The median wall time of a call, for the benchmarks (bin/benchmark.py)
-and the training's precision probe (training/precision.py)."""
+and the timed training step (training/step_timing.py)."""
 
 import statistics
 import time
