@@ -164,7 +164,7 @@ def write_reference(directory, model=None, preset="tiny", seed=0):
                                   dtype="float32")
   config = model.config
   source, target_input, _ = random_pairs(config.model.vocab_size, 96, 12,
-                                            seed)
+                                         seed)
   source[1, 9:] = target_input[2, 7:] = 0  # padding, masked
   logits = keras.ops.convert_to_numpy(model((source, target_input)))
   model.save_weights(os.path.join(directory, "model.weights.h5"))
