@@ -34,11 +34,15 @@ def _strategy(devices):
 def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
             peak_gflops=None):
   """A dict of figures for one variant and one sentence length."""
-  seconds, rows = step_timing.seconds_per_step(
-      config, batch_tokens, length, runs, warmup, _strategy(variant.devices),
-      jit_compile_step=variant.jit_compile_step,
-      xla_attention=variant.xla_attention, xla_loss=variant.xla_loss,
-      mixed_precision=variant.mixed_precision)
+  try:
+    seconds, rows = step_timing.seconds_per_step(
+        config, batch_tokens, length, runs, warmup,
+        _strategy(variant.devices),
+        jit_compile_step=variant.jit_compile_step,
+        xla_attention=variant.xla_attention, xla_loss=variant.xla_loss,
+        mixed_precision=variant.mixed_precision)
+  except RuntimeError as error:  # which of the variants
+    raise RuntimeError(f"{variant.name}: {error}") from error
   tokens = 2 * rows * length
   model_flops = 3 * cost.forward_flops(config.model, length, length) * rows
   figures = {"variant": variant.name, "length": length, "rows": rows,
