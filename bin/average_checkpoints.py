@@ -5,6 +5,9 @@ translate accept. Optimizer slots and the step are not averaged.
 
   bin/average_checkpoints.py --model_dir=/tmp/run --num_checkpoints=5 \
       --output_dir=/tmp/run/averaged
+
+With --last_step=best (or a step), the last N saved at or before the best
+dev evaluation's step: for a run that went on training past its best.
 """
 
 import sys
@@ -13,6 +16,7 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer.run.runner import Runner
+from tf_transformer.training import best as best_lib
 from tf_transformer.training.checkpoints import CheckpointError
 
 FLAGS = flags.FLAGS
@@ -20,14 +24,19 @@ flags.DEFINE_string("model_dir", None, "The training run's directory.")
 flags.DEFINE_integer("num_checkpoints", 5, "How many of the newest "
                      "checkpoints to average.")
 flags.DEFINE_string("output_dir", None, "Where the averaged model goes.")
+flags.DEFINE_string("last_step", None, "Average the newest checkpoints saved "
+                    "at or before this step (as fairseq's "
+                    "--checkpoint-upper-bound); 'best': the step of the "
+                    "run's best dev evaluation (MODEL_DIR/best/).")
 flags.mark_flags_as_required(["model_dir", "output_dir"])
 
 
 def main(argv):
   del argv
   try:
-    averaged = Runner(FLAGS.model_dir).average(FLAGS.num_checkpoints,
-                                               FLAGS.output_dir)
+    averaged = Runner(FLAGS.model_dir).average(
+        FLAGS.num_checkpoints, FLAGS.output_dir,
+        last_step=_last_step(FLAGS.last_step, FLAGS.model_dir))
   except (CheckpointError, FileNotFoundError) as e:
     print(f"average_checkpoints: error: {e}", file=sys.stderr)
     return 1
@@ -35,6 +44,25 @@ def main(argv):
         + ", ".join(p.rsplit("/", 1)[-1] for p in averaged.checkpoints))
   print(f"wrote {averaged.path}")
   return 0
+
+
+def _last_step(value, model_dir):
+  """--last_step as a step (None: no bound). Raises CheckpointError."""
+  if value is None:
+    return None
+  if value == "best":
+    best = best_lib.read_best(model_dir)
+    if not best:
+      raise CheckpointError(
+          f"--last_step=best: {model_dir} has no best checkpoint (best/"
+          f"{best_lib.BEST_FILE}); it is kept by dev evaluations "
+          "(bin/train.py --eval_every_steps)")
+    return best["step"]
+  try:
+    return int(value)
+  except ValueError:
+    raise CheckpointError(f"--last_step={value}: expected a step (an "
+                          "integer) or 'best'") from None
 
 
 if __name__ == "__main__":

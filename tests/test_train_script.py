@@ -163,6 +163,34 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
                        f"--output_dir={tmp_path / 'avg5'}")
   assert refused.returncode == 1
   assert "fewer than --num_checkpoints=5" in refused.stderr
+  # --last_step: the newest at or before a step, or the best evaluation's.
+  bounded = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
+                       "--num_checkpoints=2", "--last_step=5",
+                       f"--output_dir={tmp_path / 'avg_5'}")
+  assert bounded.returncode == 0, bounded.stderr
+  assert "averaged 2 checkpoints: ckpt-3, ckpt-4" in bounded.stdout
+  best_step = json.loads((model_dir / "best" / "best.json").read_text())[
+      "step"]
+  at_best = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
+                       "--num_checkpoints=1", "--last_step=best",
+                       f"--output_dir={tmp_path / 'avg_best'}")
+  assert at_best.returncode == 0, at_best.stderr
+  assert f"averaged 1 checkpoints: ckpt-{best_step}" in at_best.stdout
+  for last_step, error in (
+      ("3", "has 1 checkpoint(s) at or before step 3, fewer than "
+            "--num_checkpoints=2"),
+      ("latest", "--last_step=latest: expected a step (an integer) or "
+                 "'best'")):
+    refused = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
+                         "--num_checkpoints=2", f"--last_step={last_step}",
+                         f"--output_dir={tmp_path / 'avg_refused'}")
+    assert refused.returncode == 1 and error in refused.stderr, refused.stderr
+  no_best = run_script("average_checkpoints.py",
+                       f"--model_dir={tmp_path / 'avg'}", "--num_checkpoints=1",
+                       "--last_step=best", f"--output_dir={tmp_path / 'x'}")
+  assert no_best.returncode == 1
+  assert f"--last_step=best: {tmp_path / 'avg'} has no best checkpoint" in (
+      no_best.stderr)
 
 
 def test_flag_errors_are_clear(tmp_path):

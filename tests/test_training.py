@@ -237,6 +237,27 @@ def test_average_of_two_checkpoints_is_the_mean(tmp_path):
     np.testing.assert_allclose(r, (a + b) / 2, rtol=1e-6)
 
 
+def test_average_up_to_a_step_skips_the_later_checkpoints(tmp_path):
+  config = get_config("tiny")
+  model = build_model(config)
+  first = [w.copy() for w in model.get_weights()]
+  for step in (1, 2, 3):
+    model.set_weights([w + np.float32(step) for w in first])
+    _save_model_checkpoint(model, tmp_path / "run", step)
+  averaged = build_model(config)
+  path, chosen = checkpoints.average_checkpoints(
+      averaged, str(tmp_path / "run"), 2, str(tmp_path / "avg"), last_step=2)
+  assert [checkpoints.step_of(p) for p in chosen] == [1, 2]
+  assert path.endswith("ckpt-2")
+  for a, r in zip(first, averaged.get_weights()):
+    np.testing.assert_allclose(r, a + np.float32(1.5), rtol=1e-6)
+  with pytest.raises(checkpoints.CheckpointError, match=r"has 1 checkpoint"
+                     r"\(s\) at or before step 1, fewer than "
+                     "--num_checkpoints=2"):
+    checkpoints.average_checkpoints(averaged, str(tmp_path / "run"), 2,
+                                    str(tmp_path / "avg2"), last_step=1)
+
+
 def test_averaging_identical_checkpoints_is_the_identity(tmp_path):
   config = get_config("tiny")
   model = build_model(config)

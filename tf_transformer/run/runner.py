@@ -302,13 +302,15 @@ class Runner:
       run_dir.save(self.model_dir, resumed, flags_text=flags_text)
     return resumed, vocabulary_lib.Vocabulary.load(self.model_dir)
 
-  def average(self, num_checkpoints, output_dir) -> Averaged:
+  def average(self, num_checkpoints, output_dir, last_step=None) -> Averaged:
     """Averages the model variables of the last `num_checkpoints` (section
-    6.1) into `output_dir`, a model directory export and translate take.
-    Raises CheckpointError or FileNotFoundError."""
+    6.1; with `last_step`, the last at or before that step) into
+    `output_dir`, a model directory export and translate take. Raises
+    CheckpointError or FileNotFoundError."""
     model = build_model(run_dir.load_config(self.model_dir))
     path, averaged = average_checkpoints(model, self.model_dir,
-                                         num_checkpoints, output_dir)
+                                         num_checkpoints, output_dir,
+                                         last_step=last_step)
     return Averaged(path, averaged)
 
   def export(self, export_dir, checkpoint=None, format="saved_model",  # pylint: disable=redefined-builtin

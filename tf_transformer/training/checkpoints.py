@@ -130,16 +130,35 @@ def checkpoint_paths(model_dir):
   return list(state.all_model_checkpoint_paths) if state else []
 
 
-def average_checkpoints(model, model_dir, num_checkpoints, output_dir):
+def average_checkpoints(model, model_dir, num_checkpoints, output_dir,
+                        last_step=None):
   """Averages the model variables of the last `num_checkpoints` checkpoints
-  of `model_dir` into `output_dir` (with the run's config and vocabulary).
-  Returns (output checkpoint path, the averaged checkpoint paths)."""
+  of `model_dir` (section 6.1) into `output_dir` (with the run's config and
+  vocabulary).
+
+  Args:
+    model: a built model of the run's config; its variables are overwritten.
+    model_dir: the training run's directory.
+    num_checkpoints: how many checkpoints to average.
+    output_dir: the new model directory.
+    last_step: None, or average the newest checkpoints saved at or before
+      this step (as fairseq's `--checkpoint-upper-bound`), e.g. the best
+      dev evaluation's, for a run that went on past its best.
+  Returns:
+    (the output checkpoint path, the averaged checkpoint paths).
+  Raises:
+    CheckpointError: too few checkpoints, or `output_dir` is `model_dir`.
+  """
   paths = checkpoint_paths(model_dir)
+  bound = ""
+  if last_step is not None:
+    paths = [p for p in paths if step_of(p) <= last_step]
+    bound = f" at or before step {last_step}"
   if num_checkpoints < 1:
     raise CheckpointError(f"--num_checkpoints={num_checkpoints}: must be >= 1")
   if len(paths) < num_checkpoints:
     raise CheckpointError(
-        f"{model_dir} has {len(paths)} checkpoint(s), fewer than "
+        f"{model_dir} has {len(paths)} checkpoint(s){bound}, fewer than "
         f"--num_checkpoints={num_checkpoints}; train longer or average fewer")
   if os.path.abspath(output_dir) == os.path.abspath(model_dir):
     raise CheckpointError("--output_dir must differ from --model_dir")
