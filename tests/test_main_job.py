@@ -13,6 +13,7 @@ from conftest import REPO, run_script
 from tf_transformer.run import main_job
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.serving import export as export_lib
+from tf_transformer.training import checkpoints
 
 STAGES = ["prepare", "train", "average", "export", "evaluate dev",
           "evaluate test", "translate"]
@@ -32,7 +33,22 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
                average_checkpoints=2, num_examples=3,
                hparams="max_decode_length_offset=4")  # short outputs
   first = main_job.run_job("numbers", announce=announce, **flags)
-  assert [stage for stage, _ in announced] == STAGES
+  best = json.loads((work / "run" / "best" / "best.json").read_text())
+  assert best["step"] in (10, 20, 30) and best["metric"] == "exact_match"
+  # A run that trained on past its best also averages the checkpoints up
+  # to it (the 2 ending at the best step, saved before its evaluation).
+  went_past = best["step"] < 30
+  assert [stage for stage, _ in announced] == (
+      STAGES[:3] + ["average"] * went_past + STAGES[3:])
+  if went_past:
+    assert announced[3][1] == (
+        f"bin/average_checkpoints.py --model_dir={work}/run "
+        f"--num_checkpoints=2 --output_dir={work}/averaged_up_to_best "
+        f"--last_step={best['step']}")
+    assert [os.path.basename(p) for p in first.averaged_up_to_best.checkpoints
+           ] == [f"ckpt-{best['step'] - 1}", f"ckpt-{best['step']}"]
+  else:
+    assert first.averaged_up_to_best is None
   assert announced[1][1].startswith(
       f"bin/train.py --config=tiny --hparams=max_decode_length_offset=4 "
       f"--dataset=numbers --numbers_train_size=2000 --model_dir={work}/run")
@@ -61,16 +77,20 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
   assert "--mixed_precision=auto" in announced[1][1]
   chosen = json.loads((work / "run" / "precision.json").read_text())
   assert chosen["mixed_precision"] in (None, "bfloat16"), chosen
-  best = json.loads((work / "run" / "best" / "best.json").read_text())
-  assert best["step"] in (10, 20, 30) and best["metric"] == "exact_match"
   export_command = dict(announced)["export"]
   if first.chosen.startswith("the best checkpoint"):
     assert f"--model_dir={work}/run --checkpoint=best" in export_command
     assert f"step {best['step']} (dev exact match" in first.chosen
-  else:
+  elif first.chosen.startswith("the average of the last"):
     assert first.chosen.startswith("the average of the last 2 checkpoints "
                                    "(dev exact match ")
-    assert f"--model_dir={work}/averaged" in export_command
+    assert f"--model_dir={work}/averaged " in export_command
+  else:
+    assert went_past and first.chosen.startswith(
+        "the average of the 2 checkpoints up to the best, step "
+        f"{best['step']} (dev exact match ")
+    assert f"--model_dir={work}/averaged_up_to_best " in export_command
+  assert first.chosen.count(" (dev exact match ") == 2 + went_past
   assert first.chosen.endswith(
       "; by dev exact match, then the lower dev loss; greedy search")
   assert f"chose      {first.chosen}" in summary
@@ -178,20 +198,25 @@ def test_a_time_budget_is_checkpointed_by_time():
       100, 0, 333, 100)
 
 
-def _choice(tmp_path, monkeypatch, metric, averaged_dev, best_dev):
-  """main_job._choose between an average and a best checkpoint (step 666)
+def _choice(tmp_path, monkeypatch, metric, averaged_dev, best_dev,
+            up_to_best_dev=None):
+  """main_job._choose between an average, a best checkpoint (step 666) and,
+  where `up_to_best_dev` is given, the average of 4 checkpoints up to it,
   whose dev scores are given; returns (what to export, line)."""
   run, averaged = str(tmp_path / "run"), str(tmp_path / "averaged")
+  up_to_best = str(tmp_path / "averaged_up_to_best")
   os.makedirs(os.path.join(run, "best"), exist_ok=True)
   with open(os.path.join(run, "best", "best.json"), "w") as f:
     json.dump({"checkpoint": "ckpt-666", "step": 666, "metric": metric,
                "evaluation": {"decoding": "greedy", "max_sentences": 0}}, f)
-  dev = {(averaged, None): averaged_dev, (run, "best"): best_dev}
+  dev = {(averaged, None): averaged_dev, (run, "best"): best_dev,
+         (up_to_best, None): up_to_best_dev}
   monkeypatch.setattr(
       runner_lib.Runner, "dev_scores",
       lambda self, checkpoint=None, decoding="greedy", max_sentences=0:
       dev[(self.model_dir, checkpoint)])
-  return main_job._choose(run, averaged, 5, metric)  # pylint: disable=protected-access
+  return main_job._choose(run, averaged, 5, metric, up_to_best_dev and (  # pylint: disable=protected-access
+      up_to_best, 4))
 
 
 def test_the_job_chooses_by_the_tasks_metric(tmp_path, monkeypatch):
@@ -214,6 +239,65 @@ def test_the_job_chooses_by_the_tasks_metric(tmp_path, monkeypatch):
   source, line = _choice(tmp_path, monkeypatch, "bleu", average, best)
   assert source == dict(model_dir=str(tmp_path / "run"), checkpoint="best")
   assert line.startswith("the best checkpoint, step 666 (dev BLEU 0.21, ")
+
+
+def test_the_job_can_choose_the_average_up_to_the_best(tmp_path,
+                                                      monkeypatch):
+  """A run that trained on past its best (a long run on a small corpus)
+  has a third candidate, scored alike; equal scores keep the order average,
+  best, average up to the best."""
+  average = {"bleu": 38.46, "loss": 2.0}
+  best = {"bleu": 38.80, "loss": 1.9}
+  source, line = _choice(tmp_path, monkeypatch, "bleu", average, best,
+                         {"bleu": 39.5, "loss": 1.8})
+  assert source == dict(model_dir=str(tmp_path / "averaged_up_to_best"),
+                        checkpoint=None)
+  assert line == (
+      "the average of the 4 checkpoints up to the best, step 666 (dev BLEU "
+      "39.5, loss 1.8000), over the average of the last 5 checkpoints (dev "
+      "BLEU 38.46, loss 2.0000) and the best checkpoint, step 666 (dev BLEU "
+      "38.8, loss 1.9000); by dev BLEU, then the lower dev loss; greedy "
+      "search")
+  source, _ = _choice(tmp_path, monkeypatch, "bleu", average, best, best)
+  assert source == dict(model_dir=str(tmp_path / "run"), checkpoint="best")
+  source, _ = _choice(tmp_path, monkeypatch, "bleu", best, average, best)
+  assert source["model_dir"] == str(tmp_path / "averaged")
+
+
+def test_the_average_up_to_the_best_only_where_the_run_went_past_it(
+    tmp_path, monkeypatch):
+  """Averaged (with the job's count, fewer where fewer are kept) only when
+  the newest averaged checkpoint is later than the best and at least two
+  checkpoints are kept up to it."""
+  run = tmp_path / "run"
+  (run / "best").mkdir(parents=True)
+  kept = [str(run / f"ckpt-{step}") for step in (500, 600, 700, 800, 900)]
+  monkeypatch.setattr(checkpoints, "checkpoint_paths", lambda _: kept)
+  calls, announced = [], []
+
+  class FakeRunner:
+    model_dir = str(run)
+
+    def average(self, **arguments):
+      calls.append(arguments)
+      return runner_lib.Averaged("path", kept[:2])
+
+  def up_to_best(best_step, count=5):
+    (run / "best" / "best.json").write_text(json.dumps({"step": best_step}))
+    calls.clear()
+    return main_job._average_up_to_best(  # pylint: disable=protected-access
+        FakeRunner(), "out", runner_lib.Averaged("path", kept[-3:]), count,
+        lambda stage, line: announced.append(line))
+
+  assert up_to_best(600) is not None
+  assert calls == [dict(num_checkpoints=2, output_dir="out", last_step=600)]
+  assert announced[-1] == (f"bin/average_checkpoints.py --model_dir={run} "
+                           "--num_checkpoints=2 --output_dir=out "
+                           "--last_step=600")
+  assert up_to_best(800, count=3) is not None
+  assert calls == [dict(num_checkpoints=3, output_dir="out", last_step=800)]
+  for step in (900, 500):  # the newest averaged is the best; one kept
+    assert up_to_best(step) is None and not calls
 
 
 def test_the_job_breaks_a_tie_by_dev_loss(tmp_path, monkeypatch):

@@ -1,8 +1,10 @@
 """The main job as one in-process call (`run_job`): build the vocabulary,
 train, average the last checkpoints, export a SavedModel for TF Serving of
-the average or of the best checkpoint by dev (whichever scores higher there
-by the task's dev metric, `Task.best_metric`), score dev and test through
-it, and translate examples through it next to their references.
+the average, of the best checkpoint by dev, or (where the run trained on
+past its best) of the average of the checkpoints up to the best, whichever
+scores highest there by the task's dev metric (`Task.best_metric`), score
+dev and test through it, and translate examples through it next to their
+references.
 bin/main_job.py is its flags and its printout.
 
 Each stage calls the `Runner` and is announced with the bin/ command that
@@ -73,6 +75,9 @@ class JobResult:
   config: str
   training: dict  # Runner.train's result
   averaged: runner_lib.Averaged
+  # The checkpoints up to the best dev evaluation, averaged where the run
+  # trained on past it (`_average_up_to_best`), else None.
+  averaged_up_to_best: Optional[runner_lib.Averaged]
   chosen: str  # which weights were exported, and why (a line)
   export: str  # the SavedModel version
   decoding: DecodingOptions  # the export's search
@@ -213,11 +218,15 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   announce("average", _command("average_checkpoints.py", model_dir=run_dir,
                                **average))
   averaged = runner.average(**average)
+  up_to_best_dir = os.path.join(work_dir, "averaged_up_to_best")
+  up_to_best = _average_up_to_best(runner, up_to_best_dir, averaged,
+                                   average_checkpoints, announce)
   times["average"] = time.time() - start
 
   start = time.time()
-  source, chosen = _choose(run_dir, averaged_dir, len(averaged.checkpoints),
-                           task.best_metric)
+  source, chosen = _choose(
+      run_dir, averaged_dir, len(averaged.checkpoints), task.best_metric,
+      up_to_best and (up_to_best_dir, len(up_to_best.checkpoints)))
   times["choose"] = time.time() - start
 
   start = time.time()
@@ -259,42 +268,70 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
                                  input=texts["test"][0]))
   translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
   times["translate"] = time.time() - start
-  return JobResult(task_name, config_name, training, averaged, chosen, export,
+  return JobResult(task_name, config_name, training, averaged, up_to_best,
+                   chosen, export,
                    decoding, export_dtype, texts, scores,
                    list(zip(sources, translations, references)), times)
 
 
-def _choose(run_dir, averaged_dir, averaged_count, metric):
+def _average_up_to_best(runner, output_dir, averaged, count, announce):
+  """Where the run trained on past its best dev evaluation, the average of
+  the `count` checkpoints ending at that step into `output_dir` (section
+  6.1's averaging, moved back to where dev was best: a long run on a small
+  corpus overfits, docs/recipes.md); None where the last checkpoints end at
+  the best, or fewer than two are kept up to it."""
+  best = best_lib.read_best(runner.model_dir)
+  if not best or best["step"] >= checkpoints.step_of(averaged.checkpoints[-1]):
+    return None
+  kept = [p for p in checkpoints.checkpoint_paths(runner.model_dir)
+          if checkpoints.step_of(p) <= best["step"]]
+  if len(kept) < 2:
+    return None
+  arguments = dict(num_checkpoints=min(count, len(kept)),
+                   output_dir=output_dir, last_step=best["step"])
+  announce("average", _command("average_checkpoints.py",
+                               model_dir=runner.model_dir, **arguments))
+  return runner.average(**arguments)
+
+
+def _choose(run_dir, averaged_dir, averaged_count, metric, up_to_best=None):
   """({"model_dir", "checkpoint"} to export, a line saying why): the
-  average of the last checkpoints, or the run's best checkpoint by dev
-  (`--checkpoint=best`) where that ranks higher on dev by `metric`, equal
-  values by the lower dev loss (`best.rank`). Both are scored now, alike:
-  translated as training translated dev (its search and sentences, from
-  best.json), the loss teacher forced."""
+  average of the last checkpoints, the run's best checkpoint by dev
+  (`--checkpoint=best`), or `up_to_best` ((its model directory, how many
+  it averaged), or None), whichever ranks highest on dev by `metric`,
+  equal values by the lower dev loss (`best.rank`), and equal ranks in
+  that order. All are scored now, alike: translated as training
+  translated dev (its search and sentences, from best.json), the loss
+  teacher forced."""
   best = best_lib.read_best(run_dir)
   average = f"the average of the last {averaged_count} checkpoints"
   averaged = dict(model_dir=averaged_dir, checkpoint=None)
   if not best:
     return averaged, (
         f"{average} (no dev evaluation kept a best checkpoint)")
+  candidates = [(averaged, average),
+                (dict(model_dir=run_dir, checkpoint="best"),
+                 f"the best checkpoint, step {best['step']}")]
+  if up_to_best:
+    directory, count = up_to_best
+    candidates.append((dict(model_dir=directory, checkpoint=None),
+                       f"the average of the {count} checkpoints up to the "
+                       f"best, step {best['step']}"))
   evaluation = best.get("evaluation", {})
   how = dict(decoding=evaluation.get("decoding", "greedy"),
              max_sentences=evaluation.get("max_sentences", 0))
-  averaged_dev = runner_lib.Runner(averaged_dir).dev_scores(**how)
-  best_dev = runner_lib.Runner(run_dir).dev_scores("best", **how)
+  devs = [runner_lib.Runner(source["model_dir"]).dev_scores(
+      source["checkpoint"], **how) for source, _ in candidates]
   name = best_lib.METRIC_NAMES[metric]
   key = best_lib.METRICS[metric][0]
-  scored = lambda dev: f"dev {name} {dev[key]:.4g}, loss {dev['loss']:.4f}"
-  by = (f"by dev {name}, then the lower dev loss; {how['decoding']} "
-        "search")
-  best_line = f"the best checkpoint, step {best['step']}"
-  if best_lib.rank(best_dev, metric) > best_lib.rank(averaged_dev, metric):
-    return dict(model_dir=run_dir, checkpoint="best"), (
-        f"{best_line} ({scored(best_dev)}), over {average} "
-        f"({scored(averaged_dev)}); {by}")
-  return averaged, (
-      f"{average} ({scored(averaged_dev)}), over {best_line} "
-      f"({scored(best_dev)}); {by}")
+  lines = [f"{line} (dev {name} {dev[key]:.4g}, loss {dev['loss']:.4f})"
+           for (_, line), dev in zip(candidates, devs)]
+  chosen = max(range(len(candidates)),
+               key=lambda i: (best_lib.rank(devs[i], metric), -i))
+  others = " and ".join(line for i, line in enumerate(lines) if i != chosen)
+  return candidates[chosen][0], (
+      f"{lines[chosen]}, over {others}; by dev {name}, then the lower dev "
+      f"loss; {how['decoding']} search")
 
 
 def _given(**arguments):
@@ -335,6 +372,11 @@ def summary(result: JobResult):
   lines.append(f"averaged   {len(result.averaged.checkpoints)} checkpoints: "
                + ", ".join(os.path.basename(p)
                            for p in result.averaged.checkpoints))
+  if result.averaged_up_to_best:
+    lines.append(f"averaged   {len(result.averaged_up_to_best.checkpoints)} "
+                 "checkpoints up to the best: " + ", ".join(
+                     os.path.basename(p)
+                     for p in result.averaged_up_to_best.checkpoints))
   lines.append(f"chose      {result.chosen}")
   d = result.decoding
   lines.append(f"exported   {result.export} ({d.method} "
