@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import REPO, run_script
 from tf_transformer.run import main_job
@@ -265,14 +266,17 @@ def test_the_job_can_choose_the_average_up_to_the_best(tmp_path,
 
 
 def test_the_average_up_to_the_best_only_where_the_run_went_past_it(
-    tmp_path, monkeypatch):
+    tmp_path):
   """Averaged (with the job's count, fewer where fewer are kept) only when
   the newest averaged checkpoint is later than the best and at least two
   checkpoints are kept up to it."""
   run = tmp_path / "run"
   (run / "best").mkdir(parents=True)
   kept = [str(run / f"ckpt-{step}") for step in (500, 600, 700, 800, 900)]
-  monkeypatch.setattr(checkpoints, "checkpoint_paths", lambda _: kept)
+  # The run's checkpoint state as its CheckpointManager leaves it.
+  tf.compat.v1.train.update_checkpoint_state(
+      str(run), kept[-1], all_model_checkpoint_paths=kept)
+  assert checkpoints.checkpoint_paths(str(run)) == kept
   calls, announced = [], []
 
   class FakeRunner:

@@ -283,8 +283,7 @@ def _average_up_to_best(runner, output_dir, averaged, count, announce):
   best = best_lib.read_best(runner.model_dir)
   if not best or best["step"] >= checkpoints.step_of(averaged.checkpoints[-1]):
     return None
-  kept = [p for p in checkpoints.checkpoint_paths(runner.model_dir)
-          if checkpoints.step_of(p) <= best["step"]]
+  kept = checkpoints.checkpoint_paths(runner.model_dir, best["step"])
   if len(kept) < 2:
     return None
   arguments = dict(num_checkpoints=min(count, len(kept)),
@@ -369,14 +368,12 @@ def summary(result: JobResult):
   else:
     lines.append(f"trained    {result.config} model to step "
                  f"{training['step']} in an earlier run")
-  lines.append(f"averaged   {len(result.averaged.checkpoints)} checkpoints: "
-               + ", ".join(os.path.basename(p)
-                           for p in result.averaged.checkpoints))
-  if result.averaged_up_to_best:
-    lines.append(f"averaged   {len(result.averaged_up_to_best.checkpoints)} "
-                 "checkpoints up to the best: " + ", ".join(
-                     os.path.basename(p)
-                     for p in result.averaged_up_to_best.checkpoints))
+  for averaged, which in ((result.averaged, ""),
+                          (result.averaged_up_to_best, " up to the best")):
+    if averaged:
+      lines.append(f"averaged   {len(averaged.checkpoints)} checkpoints"
+                   f"{which}: " + ", ".join(os.path.basename(p)
+                                            for p in averaged.checkpoints))
   lines.append(f"chose      {result.chosen}")
   d = result.decoding
   lines.append(f"exported   {result.export} ({d.method} "

@@ -125,9 +125,14 @@ def step_of(path):
   return int(path.rsplit("-", 1)[-1])
 
 
-def checkpoint_paths(model_dir):
+def checkpoint_paths(model_dir, last_step=None):
+  """The run's kept checkpoints, oldest first; with `last_step`, only those
+  saved at or before that step."""
   state = tf.train.get_checkpoint_state(model_dir)
-  return list(state.all_model_checkpoint_paths) if state else []
+  paths = list(state.all_model_checkpoint_paths) if state else []
+  if last_step is not None:
+    paths = [p for p in paths if step_of(p) <= last_step]
+  return paths
 
 
 def average_checkpoints(model, model_dir, num_checkpoints, output_dir,
@@ -149,11 +154,8 @@ def average_checkpoints(model, model_dir, num_checkpoints, output_dir,
   Raises:
     CheckpointError: too few checkpoints, or `output_dir` is `model_dir`.
   """
-  paths = checkpoint_paths(model_dir)
-  bound = ""
-  if last_step is not None:
-    paths = [p for p in paths if step_of(p) <= last_step]
-    bound = f" at or before step {last_step}"
+  paths = checkpoint_paths(model_dir, last_step)
+  bound = "" if last_step is None else f" at or before step {last_step}"
   if num_checkpoints < 1:
     raise CheckpointError(f"--num_checkpoints={num_checkpoints}: must be >= 1")
   if len(paths) < num_checkpoints:
