@@ -240,3 +240,36 @@ def test_own_dtype_policy(name, policy):
   for tensor in keras.tree.flatten(outputs):
     assert np.all(np.isfinite(keras.ops.convert_to_numpy(
         keras.ops.cast(tensor, "float32"))))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_gives_eq_1s_output(causal):
+  """`fused_attention=True` (`keras.ops.dot_product_attention`) gives the
+  same output as eq. 1 written out, under key padding and a causal mask,
+  eagerly and jit-compiled; where the weights are asked for, or dropped
+  out, the layer still computes them."""
+  x = _floats(BATCH, LENGTH, D_MODEL)
+  memory = _floats(BATCH, MEMORY_LENGTH, D_MODEL, seed=1)
+  if causal:
+    value = None
+    mask = np.tril(np.ones((LENGTH, LENGTH), bool))[None, None]
+  else:
+    value = memory
+    mask = _padding(MEMORY_LENGTH)[:, np.newaxis, np.newaxis, :]
+  mha = layers.MultiHeadAttention(num_heads=2, d_k=4)
+  written_out = keras.ops.convert_to_numpy(
+      mha(x, value, attention_mask=mask))
+  mha.fused_attention = True
+  assert mha.get_config()["fused_attention"] is True
+  inputs = {"query": x, "value": value, "attention_mask": mask}
+  for fused in (_call(mha, inputs), _compiled_call(mha, inputs)):
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(fused),
+                               written_out, atol=1e-5)
+  output, weights = mha(x, value, attention_mask=mask,
+                        return_attention_scores=True)
+  assert weights.shape == (BATCH, 2, LENGTH, LENGTH if causal
+                           else MEMORY_LENGTH)
+  np.testing.assert_allclose(keras.ops.convert_to_numpy(output), written_out,
+                             atol=1e-5)
+  restored = layers.MultiHeadAttention.from_config(mha.get_config())
+  assert restored.fused_attention
