@@ -47,7 +47,17 @@ flags.DEFINE_string("output_dir", ".", "Where gpu_check.json and "
                     "gpu_check.md go.")
 flags.DEFINE_list("levers", [], "Extra rows of the first preset under "
                   "mixed_bfloat16, each one lever changed: no_dropout "
-                  "(dropout_rate=0: what dropout's random bits cost).")
+                  "(dropout_rate=0: what dropout's random bits cost), "
+                  "batch_2x (twice --batch_tokens), fused_attention "
+                  "(keras.ops.dot_product_attention: cuDNN's fused kernel "
+                  "under JAX).")
+flags.DEFINE_bool("fused_attention", False, "Attention cores by "
+                  "keras.ops.dot_product_attention.")
+flags.DEFINE_string("profile_dir", None, "If given, trace --profile_steps "
+                    "steps of each row with jax.profiler into a folder of "
+                    "it per row, and add where the device time went to the "
+                    "figures.")
+flags.DEFINE_integer("profile_steps", 5, "Steps traced a row.")
 flags.DEFINE_list("rows", [], "PRESET:POLICY[:LEVER] rows to run instead "
                   "of --presets, --policies and --levers.")
 flags.DEFINE_string("one", None, "Internal: train PRESET:POLICY and print "
@@ -59,13 +69,28 @@ def _one(preset, policy):
   from tf_transformer.benchmark import gpu_check  # pylint: disable=g-import-not-at-top
   figures = gpu_check.measure_training(
       preset, policy, FLAGS.batch_tokens, FLAGS.sequence_length,
-      FLAGS.vocab_size, FLAGS.max_steps, FLAGS.seconds, FLAGS.hparams)
+      FLAGS.vocab_size, FLAGS.max_steps, FLAGS.seconds, FLAGS.hparams,
+      FLAGS.fused_attention, FLAGS.profile_dir, FLAGS.profile_steps)
   print("FIGURES " + json.dumps(figures))
 
 
-# Flag values added and environment variables set, by lever. (JAX's rbg
-# random bits are no lever: Keras' seed generator makes threefry keys.)
-LEVERS = {"no_dropout": ({"hparams": "dropout_rate=0.0"}, {})}
+# Flag values and environment variables set, by lever: --hparams are
+# added to the run's, other flags replaced. (JAX's rbg random bits are no
+# lever: Keras' seed generator makes threefry keys.)
+LEVERS = {"no_dropout": ({"hparams": "dropout_rate=0.0"}, {}),
+          "batch_2x": ({"batch_tokens": lambda tokens: 2 * tokens}, {}),
+          "fused_attention": ({"fused_attention": lambda _: True}, {})}
+ROW_FLAGS = ("hparams", "vocab_size", "batch_tokens", "sequence_length",
+             "max_steps", "seconds", "fused_attention", "profile_steps")
+
+
+def _row_flag(name, lever_values):
+  """A child's flag value: the run's, with a lever's hparams added or its
+  function of the run's value taken."""
+  value, lever = getattr(FLAGS, name), lever_values.get(name)
+  if name == "hparams":
+    return ",".join(v for v in (value, lever) if v)
+  return value if lever is None else lever(value)
 
 
 def _in_own_process(preset, policy, lever=None):
@@ -73,11 +98,11 @@ def _in_own_process(preset, policy, lever=None):
   an error."""
   flag_values, env = LEVERS[lever] if lever else ({}, {})
   args = [sys.executable, os.path.abspath(__file__), f"--one={preset}:{policy}"]
-  for name in ("hparams", "vocab_size", "batch_tokens", "sequence_length",
-               "max_steps", "seconds"):
-    value = ",".join(str(v) for v in (getattr(FLAGS, name),
-                                      flag_values.get(name)) if v)
-    args.append(f"--{name}={value}")
+  for name in ROW_FLAGS:
+    args.append(f"--{name}={_row_flag(name, flag_values)}")
+  if FLAGS.profile_dir:
+    label = "_".join(filter(None, (preset, policy, lever)))
+    args.append(f"--profile_dir={os.path.join(FLAGS.profile_dir, label)}")
   # JAX takes 75% of the GPU's memory by default; a process of its own
   # may take nearly all of it.
   env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95", **os.environ, **env}
@@ -133,9 +158,8 @@ def main(argv):
   with open(os.path.join(FLAGS.output_dir, "gpu_check.json"), "w") as f:
     json.dump({"training": rows, "logits": logits,
                "flags": {name: getattr(FLAGS, name) for name in (
-                   "presets", "policies", "levers", "hparams", "vocab_size",
-                   "batch_tokens", "sequence_length", "max_steps",
-                   "seconds")}}, f, indent=2)
+                   "presets", "policies", "levers", *ROW_FLAGS,
+                   "profile_dir")}}, f, indent=2)
   table = gpu_check.markdown(rows, logits)
   with open(os.path.join(FLAGS.output_dir, "gpu_check.md"), "w") as f:
     f.write(table)

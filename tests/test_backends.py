@@ -6,6 +6,7 @@ its backend once, at import). JAX runs here on the CPU; bin/gpu_check.py
 runs the same code on a GPU.
 """
 
+import gzip
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 
 import numpy as np
 
+from tf_transformer.benchmark import device_trace
 from tf_transformer.benchmark import gpu_check
 from tf_transformer.run import run_dir
 
@@ -80,31 +82,76 @@ def test_weights_trained_on_tensorflow_give_the_same_logits_under_jax(
 
 def test_gpu_check_runs_on_the_cpu(tmp_path):
   """bin/gpu_check.py, as the GPU runs it, on the tiny preset: every row
-  trains with one compilation, the lever row is labelled, the logits
-  match the TensorFlow reference, and both files are written."""
+  trains with one compilation, each lever row is labelled and changes what
+  it names, the logits match the TensorFlow reference, each row leaves a
+  profiler trace (with no device threads on a CPU), and both files are
+  written."""
   reference, output = tmp_path / "reference", tmp_path / "out"
   gpu_check.write_reference(str(reference))
   done = _under_jax(
       os.path.join(REPO, "bin", "gpu_check.py"),
-      "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout",
+      "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout,"
+      "tiny:float32:batch_2x,tiny:float32:fused_attention",
       "--vocab_size=1000", "--batch_tokens=256", "--sequence_length=16",
       "--max_steps=3", "--seconds=1", f"--reference={reference}",
-      f"--output_dir={output}")
+      f"--output_dir={output}", f"--profile_dir={tmp_path / 'traces'}",
+      "--profile_steps=2")
   assert done.returncode == 0, done.stderr[-3000:]
   figures = json.loads((output / "gpu_check.json").read_text())
   rows = figures["training"]
   assert [(r["policy"], r["lever"]) for r in rows] == [
-      ("float32", None), ("mixed_bfloat16", "no_dropout")], rows
+      ("float32", None), ("mixed_bfloat16", "no_dropout"),
+      ("float32", "batch_2x"), ("float32", "fused_attention")], rows
   for row in rows:
     assert "error" not in row, row
     assert row["compilations"] == 1 and row["steps"] == 3, row
-    assert row["tokens_per_step"] == 2 * 16 * 16
     assert row["tokens_per_second"] > 0 and np.isfinite(row["final_loss"])
     assert row["mfu"] is None  # no known peak for a CPU
+    assert row["profile"] == {"steps": 2, "threads": []}, row["profile"]
+  assert [r["tokens_per_step"] for r in rows] == [2 * 16 * 16] * 2 + [
+      2 * 2 * 16 * 16, 2 * 16 * 16]
+  assert [r["fused_attention"] for r in rows] == [False] * 3 + [True]
+  assert rows[-1]["cudnn_attention_calls"] == 0  # XLA's on a CPU
+  for label in ("tiny_float32", "tiny_float32_fused_attention"):
+    assert device_trace.trace_file(str(tmp_path / "traces" / label))
   assert figures["logits"]["max_abs_diff"] <= 1e-5, figures["logits"]
   table = (output / "gpu_check.md").read_text()
-  assert table.count("| tiny |") == 2 and "no_dropout" in table
+  assert table.count("| tiny |") == 4 and "no_dropout" in table
+  assert "(no device events: a CPU run)" in table
+  assert "fused_attention (0 cuDNN attention calls)" in table
   assert "Logits against the TensorFlow CPU reference" in table
+
+
+def test_a_trace_summary_totals_each_device_thread_per_step(tmp_path):
+  """`device_trace.summarize` on a hand-written trace (two steps): device
+  threads only, by name, busiest first, per step; host events left out."""
+  meta = lambda pid, tid, kind, name: {"ph": "M", "pid": pid, "tid": tid,
+                                       "name": kind, "args": {"name": name}}
+  event = lambda pid, tid, name, dur: {"ph": "X", "pid": pid, "tid": tid,
+                                       "name": name, "ts": 0, "dur": dur}
+  trace = {"traceEvents": [
+      meta(1, 0, "process_name", "/host:CPU"),
+      meta(2, 0, "process_name", "/device:GPU:0"),
+      meta(2, 7, "thread_name", "Stream #13(Compute)"),
+      meta(2, 8, "thread_name", "XLA Ops"),
+      event(1, 5, "PjitFunction(step)", 9000.0),
+      event(2, 7, "nvjet_gemm", 3000.0), event(2, 7, "nvjet_gemm", 3000.0),
+      event(2, 7, "loop_add_fusion", 1000.0),
+      event(2, 8, "dot.3", 5000.0)]}
+  path = tmp_path / "perfetto_trace.json.gz"
+  with gzip.open(path, "wt") as f:
+    json.dump(trace, f)
+  summary = device_trace.summarize(str(path), steps=2)
+  threads = summary["threads"]
+  assert [t["thread"] for t in threads] == ["Stream #13(Compute)", "XLA Ops"]
+  stream = threads[0]
+  assert stream["process"] == "/device:GPU:0"
+  assert stream["ms_per_step"] == 3.5 and stream["events_per_step"] == 1.5
+  assert stream["top"][0] == {"name": "nvjet_gemm", "ms_per_step": 3.0,
+                              "share": 6 / 7, "calls_per_step": 1.0}
+  assert device_trace.trace_file(str(tmp_path)) == str(path)
+  table = "\n".join(device_trace.markdown("base", summary))
+  assert "| `nvjet_gemm` | 3.000 | 85.7% | 1 |" in table
 
 
 def test_the_closed_form_loss_gradient_equals_autodiff_under_jax():

@@ -25,7 +25,9 @@ import numpy as np
 
 from tf_transformer import config as config_lib
 from tf_transformer import cost
+from tf_transformer import layers
 from tf_transformer import model as model_lib
+from tf_transformer.benchmark import device_trace
 from tf_transformer.data.synthetic import random_pairs
 from tf_transformer.training import loss as loss_lib
 from tf_transformer.training import optimizer as optimizer_lib
@@ -71,7 +73,8 @@ def _train_step(model, optimizer, label_smoothing):
 
 def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
                      vocab_size=37000, max_steps=200, seconds=40.0,
-                     hparams=""):
+                     hparams="", fused_attention=False, profile_dir=None,
+                     profile_steps=5):
   """Trains one preset under one dtype policy on synthetic batches.
 
   Args:
@@ -82,6 +85,13 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
     max_steps: the most timed steps.
     seconds: a time budget for the timed steps (at least 10 are run).
     hparams: config overrides.
+    fused_attention: every attention core by
+      `keras.ops.dot_product_attention` (`MultiHeadAttention`'s
+      `fused_attention`).
+    profile_dir: if given, `profile_steps` more steps are traced there by
+      `jax.profiler` after the timed ones, and summarized
+      (`device_trace.summarize`) as the figures' "profile".
+    profile_steps: the steps traced.
   Returns:
     A dict of the figures (tokens/s counts source plus target tokens).
   """
@@ -90,6 +100,9 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
       vocab_size=vocab_size)
   keras.utils.set_random_seed(0)
   model = model_lib.build_model(config, dtype=policy)
+  for layer in model._flatten_layers():  # pylint: disable=protected-access
+    if isinstance(layer, layers.MultiHeadAttention):
+      layer.fused_attention = fused_attention
   optimizer = optimizer_lib.create_optimizer(config)
   optimizer.build(model.trainable_variables)
   state = ([v.value for v in model.trainable_variables],
@@ -109,6 +122,17 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   steps = int(min(max_steps, max(10, seconds / (probe_seconds / 3))))
   total_seconds, loss, state = _timed_steps(step, state, batch, steps)
   step_seconds = total_seconds / steps
+  profile = None
+  if profile_dir:
+    state = device_trace.trace_steps(step, state, batch, profile_steps,
+                                     profile_dir)
+    path = device_trace.trace_file(profile_dir)
+    profile = (device_trace.summarize(path, profile_steps) if path else
+               {"error": f"no Perfetto trace under {profile_dir}"})
+  fused_calls = None
+  if fused_attention:  # whether the backend fused it, or fell back to XLA
+    fused_calls = step.lower(state, *batch).compile().as_text().count(
+        "__cudnn$fmha")
   pairs, length = batch[0].shape
   flops = 3 * pairs * cost.forward_flops(config.model, length, length)
   peak, peak_name = peak_tflops(device.device_kind, policy)
@@ -132,6 +156,9 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
       "memory_limit_gib": (memory["bytes_limit"] / 2**30
                            if "bytes_limit" in memory else None),
       "final_loss": float(loss),
+      "fused_attention": fused_attention,
+      "cudnn_attention_calls": fused_calls,
+      "profile": profile,
   }
 
 
@@ -229,8 +256,11 @@ def markdown(rows, logits):
       continue
     peak = (f"{r['peak_name']} {r['peak_tflops']:.1f}" if r["peak_tflops"]
             else "-")
+    lever = r.get("lever") or "-"
+    if r.get("cudnn_attention_calls") is not None:
+      lever += f" ({r['cudnn_attention_calls']} cuDNN attention calls)"
     lines.append(
-        f"| {r['preset']} | {r['policy']} | {r.get('lever') or '-'} | "
+        f"| {r['preset']} | {r['policy']} | {lever} | "
         f"{r['device']} | "
         f"{r['parameters'] / 1e6:.0f} | {r['tokens_per_step']:,} | "
         f"{1000 * r['step_seconds']:.1f} | {r['tokens_per_second']:,.0f} | "
@@ -240,6 +270,12 @@ def markdown(rows, logits):
         f"{peak} | "
         f"{fmt(r['peak_memory_gib'], '.1f')} | {r['steps']} | "
         f"{r['final_loss']:.3f} |")
+  for r in rows:
+    if r.get("profile"):
+      label = " ".join(filter(None, (r["preset"], r["policy"], r.get("lever"))))
+      lines += [""] + (device_trace.markdown(label, r["profile"])
+                       if "threads" in r["profile"] else
+                       [f"Trace of {label}: {r['profile']['error']}"])
   if logits is not None:
     lines.append("")
     if "error" in logits:

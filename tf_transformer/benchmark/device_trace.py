@@ -1,0 +1,113 @@
+"""Where a JAX training step's device time goes, from a `jax.profiler`
+trace rather than estimates (`bin/gpu_check.py --profile_dir`).
+
+`trace_steps` runs a few steps of a jitted step under `jax.profiler.trace`
+with a Perfetto trace written beside the XPlane one; `summarize` reads that
+trace (Chrome trace-event JSON, durations in microseconds) and totals the
+complete events of each device thread by name: on a GPU the kernels of
+each stream and, where the profiler records them, the XLA ops and modules
+they belong to. Host threads (`/host:CPU`: Python, the runtime) are left
+out: they overlap the device's work. Nothing here imports TensorFlow.
+"""
+
+import collections
+import glob
+import gzip
+import json
+import os
+
+
+def trace_steps(step, state, batch, steps, directory):
+  """Runs `steps` steps under the profiler.
+
+  Args:
+    step: a jitted (state, *batch) -> (loss, state).
+    state, batch: its arguments (the state is donated, so the new one is
+      returned).
+    steps: how many steps the trace holds.
+    directory: the trace's log directory (created).
+  Returns:
+    The state after the steps.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory, exist_ok=True)
+  with jax.profiler.trace(directory, create_perfetto_trace=True):
+    for _ in range(steps):
+      loss, state = step(state, *batch)
+    loss.block_until_ready()
+  return state
+
+
+def trace_file(directory):
+  """The newest Perfetto trace under `directory`, or None."""
+  found = glob.glob(os.path.join(directory, "**", "perfetto_trace.json.gz"),
+                    recursive=True)
+  return max(found, key=os.path.getmtime) if found else None
+
+
+def summarize(path, steps, top=12):
+  """The device time of a trace by thread and event name, per step.
+
+  Args:
+    path: a Perfetto / Chrome trace-event JSON file, gzipped or not.
+    steps: the steps the trace holds (totals are divided by it).
+    top: the most names listed a thread.
+  Returns:
+    {"steps", "threads": [{"process", "thread", "ms_per_step",
+    "events_per_step", "top": [{"name", "ms_per_step", "share",
+    "calls_per_step"}]}]}, threads by time, busiest first; no threads
+    where the trace has no device process (a CPU run).
+  """
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rt") as f:
+    trace = json.load(f)
+  events = trace["traceEvents"] if isinstance(trace, dict) else trace
+  processes, threads = {}, {}
+  for e in events:
+    if e.get("ph") != "M":
+      continue
+    if e.get("name") == "process_name":
+      processes[e["pid"]] = e["args"]["name"]
+    elif e.get("name") == "thread_name":
+      threads[(e["pid"], e["tid"])] = e["args"]["name"]
+  device = {pid for pid, name in processes.items()
+            if name.startswith("/device:")}
+  totals = collections.defaultdict(lambda: collections.defaultdict(
+      lambda: [0.0, 0]))
+  for e in events:
+    if e.get("ph") == "X" and e.get("pid") in device:
+      entry = totals[(e["pid"], e.get("tid"))][e["name"]]
+      entry[0] += float(e.get("dur", 0.0))
+      entry[1] += 1
+  summary = []
+  for (pid, tid), names in totals.items():
+    busy = sum(us for us, _ in names.values())
+    ranked = sorted(names.items(), key=lambda item: -item[1][0])[:top]
+    summary.append({
+        "process": processes[pid],
+        "thread": threads.get((pid, tid), str(tid)),
+        "ms_per_step": busy / 1000 / steps,
+        "events_per_step": sum(n for _, n in names.values()) / steps,
+        "top": [{"name": name, "ms_per_step": us / 1000 / steps,
+                 "share": us / busy if busy else 0.0,
+                 "calls_per_step": n / steps}
+                for name, (us, n) in ranked]})
+  summary.sort(key=lambda thread: -thread["ms_per_step"])
+  return {"steps": steps, "threads": summary}
+
+
+def markdown(label, summary, threads=3):
+  """A row's busiest device threads as markdown lines."""
+  lines = [f"Device time of {label}, per step, from a "
+           f"{summary['steps']}-step trace:"]
+  if not summary["threads"]:
+    return lines + ["(no device events: a CPU run)"]
+  for thread in summary["threads"][:threads]:
+    lines += ["", f"{thread['process']} {thread['thread']}: "
+              f"{thread['ms_per_step']:.2f} ms, "
+              f"{thread['events_per_step']:.0f} events", "",
+              "| name | ms | share | calls |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| `{t['name'][:80]}` | {t['ms_per_step']:.3f} | "
+              f"{100 * t['share']:.1f}% | {t['calls_per_step']:.0f} |"
+              for t in thread["top"]]
+  return lines
