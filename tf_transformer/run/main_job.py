@@ -16,11 +16,14 @@ last checkpoint); each run exports the next version of `export_dir`.
 
 import dataclasses
 import gzip
+import json
 import os
 import shlex
 import shutil
 import time
 from typing import Callable, Optional
+
+from absl import logging
 
 from tf_transformer import config as config_lib
 from tf_transformer.data import numbers
@@ -31,7 +34,9 @@ from tf_transformer.serving.translator import one_line
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.training import best as best_lib
+from tf_transformer.training import budget
 from tf_transformer.training import checkpoints
+from tf_transformer.training import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +162,35 @@ def _cadence(task, train_steps, minutes, average_checkpoints):
   return every, every_secs, evaluate_every, max(1, min(100, steps // 10))
 
 
+def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
+                      mixed_precision, probe=precision.probe_tokens_per_sec,
+                      **choose_args):
+  """--hparams with the dropout that the time budget suits on this host
+  (`training/budget.py`), for a new `small_corpus` run given minutes and
+  no dropout of its own; else `hparams` as given. The precision is chosen
+  here (and kept for the run), so that its probe gives the rate; `probe`
+  and `choose_args` (`precision.choose`'s) are a test's to force."""
+  if (config_name != "small_corpus" or not minutes
+      or "dropout_rate" in config_lib.parse_overrides(hparams)
+      or os.path.exists(os.path.join(run_dir, run_dir_lib.CONFIG))):
+    return hparams
+  config = config_lib.get_config(config_name, hparams)
+  if train_steps:
+    config = config.replace(train_steps=train_steps)
+  chosen, _ = precision.resolve(run_dir, mixed_precision or None, config,
+                                probe=probe, **choose_args)
+  kept = (precision.kept_tokens_per_sec(run_dir)
+          if mixed_precision == precision.AUTO else None)
+  rate = kept or probe(config, chosen)
+  with open(os.path.join(run_dir, runner_lib.STATS_FILE)) as f:
+    stats = json.load(f)
+  plan = budget.plan(rate, minutes, stats, config)
+  logging.info("sized for the budget: %s", plan.reason)
+  if plan.dropout_rate is None:
+    return hparams
+  return ",".join(filter(None, (hparams, f"dropout_rate={plan.dropout_rate}")))
+
+
 def run_job(task_name="numbers", work_dir=None, export_dir=None,
             data_dir=None, config=None, hparams="", train_steps=None,
             train_minutes=None, vocab_size=None, average_checkpoints=5,
@@ -194,6 +228,8 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   start = time.time()
   every, every_secs, evaluate_every, log_every = _cadence(
       task, train_steps, minutes, average_checkpoints)
+  hparams = _sized_for_budget(config_name, hparams, train_steps, run_dir,
+                              minutes, mixed_precision)
   train_config = config_lib.get_config(config_name, hparams)
   if train_steps:
     train_config = train_config.replace(train_steps=train_steps)

@@ -29,6 +29,8 @@ PROBE_STEPS = 3  # timed updates, after one untimed (tracing included)
 class Choice:
   mixed_precision: Optional[str]  # "bfloat16", or None for float32
   reason: str  # one line for the log
+  # The probe's tokens/s in the chosen precision; None: not probed.
+  tokens_per_sec: Optional[float] = None
 
 
 def probe_tokens_per_sec(config, mixed_precision, length=PROBE_LENGTH,
@@ -76,9 +78,9 @@ def choose(config, cpuinfo=cpu.CPUINFO,
               f"step gave {bfloat16:,.0f} tokens/s in bfloat16 against "
               f"{float32:,.0f} in float32, {ratio:.2f}x")
   if ratio >= MARGIN:
-    return Choice("bfloat16", f"bfloat16: {measured}")
+    return Choice("bfloat16", f"bfloat16: {measured}", bfloat16)
   return Choice(None, f"float32: {measured}, below the {MARGIN}x that "
-                "bfloat16 must gain")
+                "bfloat16 must gain", float32)
 
 
 def resolve(model_dir, mixed_precision, config, workers=1, **choose_args):
@@ -114,3 +116,14 @@ def resolve(model_dir, mixed_precision, config, workers=1, **choose_args):
   with tf.io.gfile.GFile(path, "w") as f:  # one worker: the chief
     json.dump(dataclasses.asdict(choice), f)
   return choice.mixed_precision, choice.reason
+
+
+def kept_tokens_per_sec(model_dir):
+  """The probe's tokens/s that `resolve` kept in `model_dir` for the
+  precision it chose, or None (not chosen there, or chosen without a
+  probe)."""
+  path = os.path.join(model_dir, FILENAME)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f).get("tokens_per_sec")
