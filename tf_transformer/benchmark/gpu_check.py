@@ -122,17 +122,20 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   steps = int(min(max_steps, max(10, seconds / (probe_seconds / 3))))
   total_seconds, loss, state = _timed_steps(step, state, batch, steps)
   step_seconds = total_seconds / steps
-  profile = None
-  if profile_dir:
-    state = device_trace.trace_steps(step, state, batch, profile_steps,
-                                     profile_dir)
-    path = device_trace.trace_file(profile_dir)
-    profile = (device_trace.summarize(path, profile_steps) if path else
-               {"error": f"no Perfetto trace under {profile_dir}"})
   fused_calls = None
   if fused_attention:  # whether the backend fused it, or fell back to XLA
     fused_calls = step.lower(state, *batch).compile().as_text().count(
         "__cudnn$fmha")
+  profile = None
+  if profile_dir:  # after the timing; a failed trace fails only itself
+    try:
+      state = device_trace.trace_steps(step, state, batch, profile_steps,
+                                       profile_dir)
+      path = device_trace.trace_file(profile_dir)
+      profile = (device_trace.summarize(path, profile_steps) if path else
+                 {"error": f"no Perfetto trace under {profile_dir}"})
+    except Exception as e:  # pylint: disable=broad-except
+      profile = {"error": f"{type(e).__name__}: {e}"[:300]}
   pairs, length = batch[0].shape
   flops = 3 * pairs * cost.forward_flops(config.model, length, length)
   peak, peak_name = peak_tflops(device.device_kind, policy)
