@@ -42,6 +42,16 @@ def test_long_plans_get_the_long_run_dropout(minutes, tokens_per_sec,
   assert plan.reason.startswith(f"dropout {expected or 0.1}")
 
 
+def test_a_small_corpus_keeps_the_presets_dropout_however_long():
+  """5,000 pairs for 20 minutes are over 100 planned epochs, but there
+  dropout 0.3 lost: fewer than MIN_PAIRS keep the preset's."""
+  stats = {"train": {"pairs": 5000, "source_tokens": 76_000,
+                     "target_tokens": 74_000}}
+  plan = budget.plan(15_000, 20, stats, get_config("small_corpus"))
+  assert plan.epochs > 100 and plan.dropout_rate is None
+  assert "of 5,000 training pairs, fewer than the 20,000" in plan.reason
+
+
 def _cpuinfo(tmp_path):
   path = tmp_path / "cpuinfo"
   path.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n")
