@@ -9,10 +9,12 @@ learns more slowly and keeps improving for 50 epochs and more
 with 0.3, a short one with 0.1. The rule holds where it was measured, a
 corpus the size of Multi30k's: on its first 5,000 pairs dropout 0.3 lost
 4.4 val BLEU over 20 minutes of about 90 epochs, learning too slowly to
-gain from the longer run, so smaller corpora keep the preset's. The epochs are planned from a probe of the
-training step (`precision.probe_tokens_per_sec`), which times full
-batches of one length and no dev evaluations: an upper bound on the run's
-rate, about a third above what the runs measured.
+gain from the longer run, so smaller corpora keep the preset's.
+
+The epochs are planned from a probe of the training step
+(`precision.probe_tokens_per_sec`), which times full batches of one length
+and no dev evaluations: an upper bound on the run's rate, about a third
+above what the runs measured.
 """
 
 import dataclasses
@@ -41,7 +43,7 @@ def planned_epochs(tokens_per_sec, minutes, stats, train_steps, batch_tokens):
     tokens_per_sec: source plus target tokens a second of training.
     minutes: the time budget (--train_minutes).
     stats: the run's corpus statistics (data_stats.json): "train" with
-      "source_tokens" and "target_tokens".
+      "source_tokens" and "target_tokens" ("pairs" too for `plan`).
     train_steps: the run's step budget.
     batch_tokens: tokens a side of a batch (at most).
   Returns:
