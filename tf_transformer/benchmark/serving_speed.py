@@ -68,6 +68,7 @@ DECODERS = {d.name: d for d in (
     Decoder("savedmodel_xla", xla=True),
     Decoder("savedmodel_xla_no_onednn", xla=True, onednn=False),
     Decoder("savedmodel_shortlist", shortlist=True),
+    Decoder("savedmodel_shortlist_no_onednn", onednn=False, shortlist=True),
     Decoder("savedmodel_bfloat16_shortlist", dtype="bfloat16",
             shortlist=True),
     Decoder("ct2_float32", "ctranslate2"),
