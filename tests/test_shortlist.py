@@ -23,6 +23,7 @@ from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import shortlist as shortlist_lib
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.ensemble import Ensemble
+from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.run import run_dir
@@ -188,8 +189,28 @@ def test_an_export_takes_the_shortlist_and_scores_stay_full(run, tmp_path):
   np.testing.assert_array_equal(
       listed.score(texts, out["translations"][:, 0])["log_prob"],
       plain.score(texts, out["translations"][:, 0])["log_prob"])
+  # The export gathers its output projection as rows (`output_rows`); a
+  # search that prepares its weights gathers columns: the same search (the
+  # scores within float32 rounding: a traced function against eager ops).
+  stored = listed._search(ids)
+  fresh = decode(listed.model, ids, listed.options, shortlist=shortlist)
+  np.testing.assert_array_equal(stored[0], fresh[0])
+  np.testing.assert_allclose(stored[1], fresh[1], atol=1e-5)
   with pytest.raises(ValueError, match="--shortlist with --xla"):
     TranslationModule(model, vocab, shortlist=shortlist, xla=True)
+
+
+def test_output_rows_restrict_to_the_same_weights(run):
+  model, _, _ = run
+  weights = step_of(model).prepare(20)
+  vocab = tf.constant([0, 1, 2, 3, 7, 12, 25], tf.int32)
+  by_columns = shortlist_lib.restrict(weights, vocab)
+  rows = shortlist_lib.with_output_rows((weights, weights))
+  assert rows[0].output_rows.shape == weights.output_kernel.shape[::-1]
+  for by_rows in shortlist_lib.restrict(rows, vocab):
+    assert by_rows.output_rows is None
+    assert by_rows.output_kernel.shape == [weights.output_kernel.shape[0], 7]
+    tf.nest.map_structure(np.testing.assert_array_equal, by_columns, by_rows)
 
 
 def test_build_export_and_translate_from_the_command_line(

@@ -57,6 +57,23 @@ def vocabulary(shortlist: Shortlist, source_ids, prefix=None):
   return tf.cast(tf.where(present)[:, 0], tf.int32)
 
 
+def with_output_rows(weights):
+  """`weights` with the output projection also kept as rows ([vocab,
+  d_model], `StepWeights.output_rows`), as an export over a shortlist
+  stores it: `restrict` then gathers a request's pieces as contiguous rows
+  and transposes them, where gathering columns of [d_model, vocab] copies
+  one number at a time (several times slower: docs/performance.md).
+
+  Args:
+    weights: `StepWeights`, or a tuple of them (an ensemble's).
+  Returns:
+    `weights`' structure with `output_rows` set.
+  """
+  if not isinstance(weights, step_weights_lib.StepWeights):
+    return tuple(with_output_rows(w) for w in weights)
+  return weights._replace(output_rows=tf.transpose(weights.output_kernel))
+
+
 def restrict(weights, vocab):
   """The step's weights over the shortlist `vocab`: target embedding rows
   and output projection columns of its pieces, in its order.
@@ -65,14 +82,19 @@ def restrict(weights, vocab):
     weights: `StepWeights`, or a tuple of them (an ensemble's).
     vocab: [S] int32 from `vocabulary`.
   Returns:
-    `weights`' structure, each vocabulary axis cut to S.
+    `weights`' structure, each vocabulary axis cut to S (`output_rows`
+    used for the projection where set, then dropped).
   """
   if not isinstance(weights, step_weights_lib.StepWeights):
     return tuple(restrict(w, vocab) for w in weights)
+  if weights.output_rows is not None:
+    output_kernel = tf.transpose(tf.gather(weights.output_rows, vocab))
+  else:
+    output_kernel = tf.gather(weights.output_kernel, vocab, axis=1)
   return weights._replace(
       embeddings=tf.gather(weights.embeddings, vocab),
-      output_kernel=tf.gather(weights.output_kernel, vocab, axis=1),
-      output_bias=tf.gather(weights.output_bias, vocab))
+      output_kernel=output_kernel,
+      output_bias=tf.gather(weights.output_bias, vocab), output_rows=None)
 
 
 def to_shortlist(prefix: prefix_lib.Prefix, vocab) -> prefix_lib.Prefix:

@@ -65,6 +65,9 @@ class StepWeights(typing.NamedTuple):
   output_kernel: tf.Tensor  # [d_model, vocab]: the pre-softmax transform,
   # with the last normalization's gamma folded in
   output_bias: tf.Tensor  # [vocab]: the last normalization's beta, folded
+  # [vocab, d_model]: output_kernel transposed, kept by a shortlist export
+  # (`shortlist.with_output_rows`) to gather its pieces as rows; else None
+  output_rows: typing.Optional[tf.Tensor] = None
 
 
 class _Affine(typing.NamedTuple):

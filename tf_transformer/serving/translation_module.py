@@ -66,6 +66,7 @@ from tf_transformer.decoding.ensemble import without_xla_attention
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
+from tf_transformer.decoding import shortlist as shortlist_lib
 from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.special_ids import PAD_ID
 
@@ -121,9 +122,12 @@ class TranslationModule(tf.Module):
     # The decoding step's weights as it multiplies by them
     # (`decoding/step_weights.py`), saved with the export rather than
     # rebuilt for every request; a search reads them once, before its loop.
+    weights = step_of(model).prepare(self.max_output_tokens + 2)
+    if shortlist is not None:
+      weights = shortlist_lib.with_output_rows(weights)
     self.step_weights = tf.nest.map_structure(
         lambda w: None if w is None else tf.Variable(w, trainable=False),
-        step_of(model).prepare(self.max_output_tokens + 2))
+        weights)
     self.shortlist = shortlist and Shortlist(
         *[tf.Variable(x, trainable=False) for x in shortlist])
     # One function that every signature calls (saved once, not inlined in
