@@ -207,6 +207,7 @@ def test_output_rows_restrict_to_the_same_weights(run):
   by_columns = shortlist_lib.restrict(weights, vocab)
   rows = shortlist_lib.with_output_rows((weights, weights))
   assert rows[0].output_rows.shape == weights.output_kernel.shape[::-1]
+  assert rows[0].output_kernel is None  # stored once, as rows
   for by_rows in shortlist_lib.restrict(rows, vocab):
     assert by_rows.output_rows is None
     assert by_rows.output_kernel.shape == [weights.output_kernel.shape[0], 7]

@@ -58,20 +58,22 @@ def vocabulary(shortlist: Shortlist, source_ids, prefix=None):
 
 
 def with_output_rows(weights):
-  """`weights` with the output projection also kept as rows ([vocab,
-  d_model], `StepWeights.output_rows`), as an export over a shortlist
-  stores it: `restrict` then gathers a request's pieces as contiguous rows
-  and transposes them, where gathering columns of [d_model, vocab] copies
-  one number at a time (several times slower: docs/performance.md).
+  """`weights` with the output projection kept as rows ([vocab, d_model],
+  `StepWeights.output_rows`) in place of its columns, as an export over a
+  shortlist stores it (every search there goes through `restrict`):
+  `restrict` then gathers a request's pieces as contiguous rows and
+  transposes them, where gathering columns of [d_model, vocab] copies one
+  number at a time (several times slower: docs/performance.md).
 
   Args:
     weights: `StepWeights`, or a tuple of them (an ensemble's).
   Returns:
-    `weights`' structure with `output_rows` set.
+    `weights`' structure with `output_rows` set and `output_kernel` None.
   """
   if not isinstance(weights, step_weights_lib.StepWeights):
     return tuple(with_output_rows(w) for w in weights)
-  return weights._replace(output_rows=tf.transpose(weights.output_kernel))
+  return weights._replace(output_rows=tf.transpose(weights.output_kernel),
+                          output_kernel=None)
 
 
 def restrict(weights, vocab):

@@ -63,10 +63,12 @@ class StepWeights(typing.NamedTuple):
   positions: tf.Tensor  # [max_positions, d_model] (3.5)
   layers: tuple
   output_kernel: tf.Tensor  # [d_model, vocab]: the pre-softmax transform,
-  # with the last normalization's gamma folded in
+  # with the last normalization's gamma folded in (None where output_rows
+  # holds it)
   output_bias: tf.Tensor  # [vocab]: the last normalization's beta, folded
-  # [vocab, d_model]: output_kernel transposed, kept by a shortlist export
-  # (`shortlist.with_output_rows`) to gather its pieces as rows; else None
+  # [vocab, d_model]: output_kernel transposed, kept instead of it by a
+  # shortlist export (`shortlist.with_output_rows`) to gather its pieces as
+  # rows; else None
   output_rows: typing.Optional[tf.Tensor] = None
 
 

@@ -67,7 +67,6 @@ from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
 from tf_transformer.decoding import shortlist as shortlist_lib
-from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.special_ids import PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -128,7 +127,7 @@ class TranslationModule(tf.Module):
     self.step_weights = tf.nest.map_structure(
         lambda w: None if w is None else tf.Variable(w, trainable=False),
         weights)
-    self.shortlist = shortlist and Shortlist(
+    self.shortlist = shortlist and shortlist_lib.Shortlist(
         *[tf.Variable(x, trainable=False) for x in shortlist])
     # One function that every signature calls (saved once, not inlined in
     # each).
