@@ -184,6 +184,19 @@ def test_top_k_is_tf_top_k(columns):
   np.testing.assert_array_equal(values, expected_values)
 
 
+@pytest.mark.parametrize("columns", [40, 1000, 1024, 2178])
+def test_top_k_of_a_width_unknown_in_the_graph_is_tf_top_k(columns):
+  """A shortlist's width varies by request: blocks chosen at run time
+  (TopKV2 below 4 k SHORTLIST_BLOCK columns, 1,024 here)."""
+  top_k = tf.function(lambda x: beam_search.top_k(x, 8),
+                      input_signature=[tf.TensorSpec([None, None])])
+  x = tf.random.stateless_normal([6, columns], seed=[2, columns])
+  values, ids = top_k(x)
+  expected_values, expected_ids = tf.math.top_k(x, 8)
+  np.testing.assert_array_equal(ids, expected_ids)
+  np.testing.assert_array_equal(values, expected_values)
+
+
 def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
                                                        monkeypatch):
   """Done sentences leave the batch when a quarter of it is done; leaving at
