@@ -64,7 +64,7 @@ def test_each_position_equals_teacher_forcing(overrides, group, mode, dtype):
   model = _model(overrides, dtype)
   step = Step(model, static=mode == "xla")
   weights = step.prepare(STEPS)
-  memory, source_mask = step.encode(SOURCE)
+  memory, source_mask = step.encode(SOURCE, weights)
   cache = step.initial_cache(weights, memory, STEPS, group)
   call = lambda ids, position, cache: step(ids, position, cache, source_mask,
                                            weights)
@@ -125,7 +125,7 @@ def test_a_step_writes_its_position_in_place():
   hypotheses."""
   step = Step(_model())
   weights = step.prepare(STEPS)
-  memory, source_mask = step.encode(SOURCE)
+  memory, source_mask = step.encode(SOURCE, weights)
   cache = step.initial_cache(weights, memory, STEPS, group_size=4)
   assert cache["layer_0"]["memory_key"].shape[0] == SOURCE.shape[0]
   assert cache["ancestors"].shape == (SOURCE.shape[0], 4, 2 * BLOCK_LENGTH)

@@ -120,9 +120,11 @@ class EnsembleStep:
   def config(self):
     return self.ensemble.config
 
-  def encode(self, source_ids):
-    """(memories, one a member; the source padding mask)."""
-    encoded = [s.encode(source_ids) for s in self.steps]
+  def encode(self, source_ids, weights=None):
+    """(memories, one a member; the source padding mask); `weights`: the
+    members' prepared ones, or None (`Step.encode`)."""
+    weights = weights or (None,) * len(self.steps)
+    encoded = [s.encode(source_ids, w) for s, w in zip(self.steps, weights)]
     return tuple(memory for memory, _ in encoded), encoded[0][1]
 
   def prepare(self, max_positions):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import step as step_lib
+from tf_transformer.layers import masks
 from tf_transformer.decoding.ensemble import step_of
 from tf_transformer import special_ids
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -84,10 +85,12 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   fixed_length = max_length is not None
   decoder = step_of(model, static=fixed_length)
   batch = tf.shape(source_ids)[0]
-  memory, source_mask = decoder.encode(source_ids)
+  # (The limits need only the mask; the encoder, the step's weights.)
+  source_mask = masks.padding_mask(source_ids)
   limits, max_length = limits_lib.output_limits(source_mask,
                                                 max_length_offset, max_length)
   weights = step_lib.read(decoder, step_weights, max_length)
+  memory, source_mask = decoder.encode(source_ids, weights)
   cache = decoder.initial_cache(weights, memory, max_length)
   never = special_ids.never_output(decoder.config.model.decoder_start)
   if fixed_length:  # a [batch, max_length] PAD buffer: static shapes

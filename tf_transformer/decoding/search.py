@@ -30,6 +30,7 @@ from tf_transformer.decoding.ensemble import step_of
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.greedy import sample_search
 from tf_transformer.decoding import step as step_lib
+from tf_transformer.layers import masks
 from tf_transformer import special_ids
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
@@ -310,10 +311,12 @@ def _beam(model, source_ids, options, max_length=None, step_weights=None,
   compact = max_length is None
   decoder = step_of(model, static=not compact)
   batch_size = tf.shape(source_ids)[0]
-  memory, source_mask = decoder.encode(source_ids)
+  # (The limits need only the mask; the encoder, the step's weights.)
+  source_mask = masks.padding_mask(source_ids)
   limits, max_length = limits_lib.output_limits(
       source_mask, options.max_decode_length_offset, max_length)
   weights = step_lib.read(decoder, step_weights, max_length)
+  memory, source_mask = decoder.encode(source_ids, weights)
   # The beams share their sentence's memory; only `ancestors` is reordered.
   # The source mask rides in the search's cache, so that it follows the
   # sentences still searching.

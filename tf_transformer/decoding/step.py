@@ -30,6 +30,9 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.decoding import cache as cache_lib
+from tf_transformer.decoding import encoding
+from tf_transformer.decoding.fused_ops import dense
+from tf_transformer.decoding.fused_ops import layer_norm
 from tf_transformer.decoding import step_weights
 from tf_transformer.layers import masks
 from tf_transformer.decoding import shapes
@@ -46,6 +49,7 @@ class Shape(typing.NamedTuple):
   static: bool  # every shape static, for XLA (`decoding/cache.py`)
   activation: str = "relu"  # the feed-forward's (config.ACTIVATIONS)
   zero_start: bool = False  # position 0 embeds a zero vector, not BOS
+  positional_encoding: str = "sinusoidal"  # (config.POSITIONAL_ENCODINGS)
 
 
 def shape_of(named, static=False) -> Shape:
@@ -63,55 +67,7 @@ def shape_of(named, static=False) -> Shape:
                attention.value.kernel.shape[-1] // heads,
                named.norm_position, named.epsilon,
                named.decoder.final_norm is not None, static, named.activation,
-               named.decoder_start == "zero")
-
-
-_ACTIVATIONS = {"relu": tf.nn.relu, "swish": tf.nn.silu,
-                "gelu": lambda x: tf.nn.gelu(x, approximate=False)}
-
-
-def dense(x, kernel, bias, residual=None, activation=None):
-  """x kernel + bias [+ residual], activated if asked.
-
-  One `_FusedMatMul`: the bias as `BiasAdd`, whose only consumer may be a
-  ReLU or the residual add, so that Grappler fuses them (swish and gelu
-  run as kernels of their own).
-
-  Args:
-    x: [rows, d_in].
-    kernel, bias: [d_in, d_out] and [d_out].
-    residual: [rows, d_out] added after, or None.
-    activation: None, or the feed-forward's (eq. 2's "relu", "swish",
-      "gelu"), as `layers.feed_forward.activate`.
-  Returns:
-    [rows, d_out].
-  """
-  y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
-  if activation is not None:
-    y = _ACTIVATIONS[activation](y)
-  return y if residual is None else tf.math.add_n([y, residual])
-
-
-def layer_norm(x, gamma, epsilon):
-  """LayerNorm over the last axis in at least float32, without its beta
-  (the affine maps after it add beta, `step_weights.py`):
-  gamma * (x - mean) / sqrt(variance + epsilon).
-
-  Args:
-    x: [..., d_model].
-    gamma: [d_model], or None where the matmuls after it carry it.
-    epsilon: the layer's epsilon.
-  Returns:
-    x's shape and dtype.
-  """
-  dtype = x.dtype
-  x = tf.cast(x, tf.float32) if dtype != tf.float32 else x
-  centered = x - tf.reduce_mean(x, -1, keepdims=True)
-  variance = tf.reduce_mean(tf.square(centered), -1, keepdims=True)
-  y = centered * tf.math.rsqrt(variance + epsilon)
-  if gamma is not None:
-    y *= tf.cast(gamma, tf.float32)
-  return tf.cast(y, dtype) if dtype != tf.float32 else y
+               named.decoder_start == "zero", named.positional_encoding)
 
 
 def _sublayer(x, shape, gamma, fn):
@@ -306,9 +262,15 @@ class Step:
   def config(self):
     return self.model.config
 
-  def encode(self, source_ids):
-    """(memory, source padding mask): `Transformer.encode`."""
-    return self.model.encode(source_ids)
+  def encode(self, source_ids, weights=None):
+    """(memory, source padding mask) of `Transformer.encode`: on the real
+    tokens only (`encoding.encode`) given the prepared `weights` with their
+    encoder's, else (and under XLA, whose shapes must not depend on the
+    values) by the Keras layers."""
+    if weights is None or weights.encoder is None or self.shape.static:
+      return self.model.encode(source_ids)
+    return encoding.encode(weights.encoder, self.shape, source_ids,
+                           self.model.named_weights())
 
   def prepare(self, max_positions) -> step_weights.StepWeights:
     """The step's weights for outputs of up to `max_positions` tokens, read

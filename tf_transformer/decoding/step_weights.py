@@ -16,7 +16,9 @@ per search or export from the model's named weights
   (every one of a pre-norm stack, and a post-norm stack's last) leaves its
   gamma to them too: (x gamma) W = x (diag(gamma) W);
 - the feed-forward's inner layer gets the training layer's zero units
-  (`feed_forward.inner_padding`).
+  (`feed_forward.inner_padding`);
+- the encoder's layers come prepared alike (`encoding.prepare`), for the
+  search's encoder on the real tokens only.
 """
 
 import math
@@ -24,6 +26,7 @@ import typing
 
 import tensorflow as tf
 
+from tf_transformer.decoding import encoding
 from tf_transformer.layers import named_weights as named
 from tf_transformer.layers.embedding import sinusoid_table
 from tf_transformer.layers.feed_forward import inner_padding
@@ -70,6 +73,9 @@ class StepWeights(typing.NamedTuple):
   # shortlist export (`shortlist.with_output_rows`) to gather its pieces as
   # rows; else None
   output_rows: typing.Optional[tf.Tensor] = None
+  # The encoder's (`encoding.EncoderWeights`), for a search's encoder on the
+  # real tokens only; None: the Keras layers encode
+  encoder: typing.Any = None
 
 
 class _Affine(typing.NamedTuple):
@@ -197,4 +203,5 @@ def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
   output_bias = (tf.zeros(tf.shape(output_kernel)[1:])
                  if model.output_bias is None else _f32(model.output_bias))
   output = _Affine(output_kernel, output_bias).fold(beta, gamma)
-  return StepWeights(table, positions, tuple(layers), *output.cast(dtype))
+  return StepWeights(table, positions, tuple(layers), *output.cast(dtype),
+                     encoder=encoding.prepare(model, dtype))
