@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tf_transformer import build_model, get_config
 from tf_transformer.decoding import encoding
+from tf_transformer.decoding import step_weights
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
@@ -96,3 +97,15 @@ def test_the_prepared_weights_are_the_layers():
   np.testing.assert_array_equal(layer.inner_kernel[:, :inner.shape[-1]],
                                 inner)
   assert len(weights.layers) == len(named.encoder.layers)
+
+
+def test_an_xla_search_keeps_no_copy_of_the_encoder():
+  """XLA's search encodes with the Keras layers: its export drops the
+  prepared encoder (`without_encoder`), for one model and an ensemble's
+  tuple, and keeps the rest."""
+  weights = Step(_model("", "float32")).prepare(8)
+  assert weights.encoder is not None
+  for given in (weights, (weights, weights)):
+    kept = step_weights.without_encoder(given)
+    for w in (kept,) if given is weights else kept:
+      assert w.encoder is None and w.layers is weights.layers

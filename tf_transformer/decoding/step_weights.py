@@ -205,3 +205,11 @@ def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
   output = _Affine(output_kernel, output_bias).fold(beta, gamma)
   return StepWeights(table, positions, tuple(layers), *output.cast(dtype),
                      encoder=encoding.prepare(model, dtype))
+
+
+def without_encoder(weights):
+  """`weights` (`StepWeights`, or an ensemble's tuple of them) without the
+  encoder's, for a search that encodes with the Keras layers (XLA's)."""
+  if not isinstance(weights, StepWeights):
+    return tuple(without_encoder(w) for w in weights)
+  return weights._replace(encoder=None)

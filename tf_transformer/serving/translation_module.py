@@ -67,6 +67,7 @@ from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
 from tf_transformer.decoding import shortlist as shortlist_lib
+from tf_transformer.decoding import step_weights as step_weights_lib
 from tf_transformer.special_ids import PAD_ID
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -122,6 +123,8 @@ class TranslationModule(tf.Module):
     # (`decoding/step_weights.py`), saved with the export rather than
     # rebuilt for every request; a search reads them once, before its loop.
     weights = step_of(model).prepare(self.max_output_tokens + 2)
+    if xla:  # the Keras layers encode there (static shapes): no copy
+      weights = step_weights_lib.without_encoder(weights)
     if shortlist is not None:
       weights = shortlist_lib.with_output_rows(weights)
     self.step_weights = tf.nest.map_structure(
