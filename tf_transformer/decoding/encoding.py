@@ -104,6 +104,15 @@ def _norm(x, gamma, beta, epsilon):
   return layer_norm(x, gamma, epsilon) + beta
 
 
+def _block(x, gamma, beta, shape, fn):
+  """The residual connection of section 3.1 (post-norm) or its pre-norm
+  variant around `fn(input, residual) = sublayer(input) + residual`, as
+  `step._sublayer` with the normalization's bias."""
+  if shape.norm_position == "pre":
+    return fn(_norm(x, gamma, beta, shape.epsilon), x)
+  return _norm(fn(x, x), gamma, beta, shape.epsilon)
+
+
 def _self_attention(x, weights, shape, where, padded_shape, key_mask):
   """Multi-head self-attention (eq. 1, section 3.2.2) of the real tokens'
   rows `x` [tokens, d_model] over each sentence's real tokens: [tokens,
@@ -125,6 +134,27 @@ def _self_attention(x, weights, shape, where, padded_shape, key_mask):
   heads = tf.matmul(masks.masked_softmax(scores, key_mask), v)
   merged = tf.transpose(heads, [0, 2, 1, 3])  # [batch, length, h, d_v]
   return tf.reshape(tf.gather_nd(merged, where), [-1, h * d_v])
+
+
+def _encoder_layer(x, weights, shape, where, padded_shape, key_mask):
+  """One encoder layer (section 3.1: self-attention, then the
+  feed-forward network, each in its residual block) on the real tokens'
+  rows `x` [tokens, d_model]."""
+
+  def self_attention(y, residual):
+    return dense(_self_attention(y, weights, shape, where, padded_shape,
+                                 key_mask),
+                 weights.output_kernel, weights.output_bias, residual)
+
+  def feed_forward(y, residual):
+    inner = dense(y, weights.inner_kernel, weights.inner_bias,
+                  activation=shape.activation)
+    return dense(inner, weights.outer_kernel, weights.outer_bias, residual)
+
+  x = _block(x, weights.attention_gamma, weights.attention_beta, shape,
+             self_attention)
+  return _block(x, weights.feed_forward_gamma, weights.feed_forward_beta,
+                shape, feed_forward)
 
 
 def encode(weights: EncoderWeights, shape, source_ids, model: named.Model):
@@ -159,23 +189,8 @@ def encode(weights: EncoderWeights, shape, source_ids, model: named.Model):
                                == "sinusoidal_halves")
   x += tf.gather(positions, where[:, 1])
   key_mask = masks.key_padding_mask(source_mask)
-  pre = shape.norm_position == "pre"
   for layer in weights.layers:
-    y = _norm(x, layer.attention_gamma, layer.attention_beta,
-              shape.epsilon) if pre else x
-    x = dense(
-        _self_attention(y, layer, shape, where, padded_shape, key_mask),
-        layer.output_kernel, layer.output_bias, x)
-    if not pre:
-      x = _norm(x, layer.attention_gamma, layer.attention_beta, shape.epsilon)
-    y = _norm(x, layer.feed_forward_gamma, layer.feed_forward_beta,
-              shape.epsilon) if pre else x
-    inner = dense(y, layer.inner_kernel, layer.inner_bias,
-                           activation=shape.activation)
-    x = dense(inner, layer.outer_kernel, layer.outer_bias, x)
-    if not pre:
-      x = _norm(x, layer.feed_forward_gamma, layer.feed_forward_beta,
-                shape.epsilon)
+    x = _encoder_layer(x, layer, shape, where, padded_shape, key_mask)
   if weights.final_gamma is not None:
     x = _norm(x, weights.final_gamma, weights.final_beta, shape.epsilon)
   memory = tf.scatter_nd(where, x, tf.concat([padded_shape, [d_model]], 0))
