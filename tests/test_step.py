@@ -85,8 +85,10 @@ def test_each_position_equals_teacher_forcing(overrides, group, mode, dtype):
     histories = [histories[b * group + parents[b, j]] +
                  [int(rng.integers(3, 40))]
                  for b in range(SOURCE.shape[0]) for j in range(group)]
-  if mode != "eager":
+  if mode == "xla":  # every shape static: one program
     assert call.experimental_get_tracing_count() == 1
+  elif mode == "graph":  # one trace per buffer size: 0, 1 and 2 blocks
+    assert call.experimental_get_tracing_count() == 3
 
 
 def _teacher_forced(model, source, output):
@@ -119,22 +121,32 @@ def test_searches_score_what_teacher_forcing_gives(method, members):
 
 
 def test_a_step_writes_its_position_in_place():
-  """No step copies the cache: the buffer a step is given is the one it
-  returns, now holding the new position (so an old cache must not be
-  reused); the memory's keys are once per sentence, shared by its
-  hypotheses."""
+  """No step copies the cache but the one that starts a block: the buffer a
+  step is given is the one it returns, now holding the new position (so an
+  old cache must not be reused), and holds the blocks filled so far; the
+  memory's keys are once per sentence, shared by its hypotheses."""
   step = Step(_model())
   weights = step.prepare(STEPS)
   memory, source_mask = step.encode(SOURCE, weights)
   cache = step.initial_cache(weights, memory, STEPS, group_size=4)
   assert cache["layer_0"]["memory_key"].shape[0] == SOURCE.shape[0]
   assert cache["ancestors"].shape == (SOURCE.shape[0], 4, 2 * BLOCK_LENGTH)
-  given = cache["layer_0"]["key"]
+  assert cache["layer_0"]["key"].shape[0] == 0  # no block yet
   ids = tf.fill([SOURCE.shape[0] * 4, 1], BOS_ID)
-  _, cache = step(ids, tf.constant(0), cache, source_mask, weights)
-  returned = cache["layer_0"]["key"].numpy()
-  assert np.abs(returned).sum() > 0
-  np.testing.assert_array_equal(given.numpy(), returned)
+  blocks = []
+  for position in range(BLOCK_LENGTH + 1):
+    given = cache["layer_0"]["key"]
+    _, cache = step(ids, tf.constant(position), cache, source_mask, weights)
+    returned = cache["layer_0"]["key"]
+    blocks.append(returned.shape[0])
+    if position % BLOCK_LENGTH:
+      np.testing.assert_array_equal(given.numpy(), returned.numpy())
+    # The new position is written; the ones after it are still zeros.
+    rows = returned.numpy()[position // BLOCK_LENGTH].reshape(
+        [SOURCE.shape[0], -1, BLOCK_LENGTH, 4 * returned.shape[-1]])
+    assert np.abs(rows[:, :, position % BLOCK_LENGTH]).sum() > 0
+    assert not rows[:, :, position % BLOCK_LENGTH + 1:].any()
+  assert blocks == [1] * BLOCK_LENGTH + [2]
 
 
 def test_no_variable_is_read_inside_the_search_loop():

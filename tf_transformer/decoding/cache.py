@@ -1,5 +1,6 @@
 """The incremental-decoding cache, laid out so that a step reads only the
-positions decoded so far and copies nothing.
+positions decoded so far and copies nothing (but the blocks filled so far,
+once a block).
 
 Decoding runs `batch * group_size` rows: `group_size` hypotheses of each
 sentence (the beams of a beam search; 1 for greedy decoding and sampling), row
@@ -25,22 +26,25 @@ Three choices keep a step's cost from growing with copies:
   `ancestors` only (a few integers per row, `reorder`), never keys and
   values; attention takes each position's key and value from the slot of the
   row's ancestor there (as FasterTransformer's "cache indirection" does).
-- In-place writes: each step writes its position with `InplaceUpdate` into a
-  buffer from `Empty` (stateful, so Grappler never folds it into a constant
-  shared between calls). `tf.tensor_scatter_nd_update` copied the whole
+- In-place writes: each step writes its position with `InplaceUpdate` into
+  the buffer it was given. `tf.tensor_scatter_nd_update` copied the whole
   buffer every step inside the decoding loop. The write is safe because the
   only readers of a layer's buffer at step t are that step's attention ops,
   and step t + 1's write depends on them through step t's logits. A step
   consumes the cache it is given: do not keep the old one.
-- Blocks along time: the filled blocks are a leading-axis slice, which
-  TensorFlow takes without a copy, so step t reads about t positions, not
-  the preallocated maximum; one batched matmul per block keeps the matmuls
+- Blocks along time, added as they are needed: a buffer holds the blocks
+  filled so far and no more. The step that starts a block appends it, zeros
+  (`tf.pad`, which at every other step pads nothing and hands the buffer on
+  uncopied), so step t reads about t positions, not the preallocated
+  maximum, and a search that drops finished sentences (`select`) copies
+  only what they decoded; one batched matmul per block keeps the matmuls
   large enough to be efficient.
 
 With `static=True` (a search compiled by XLA, which has neither
-`InplaceUpdate` nor dynamic shapes) the write is a scatter (XLA updates it in
-place) and attention reads every block under a mask: every shape is static,
-and the step compiles once. Those ops are correct anywhere, only slower.
+`InplaceUpdate` nor dynamic shapes) the buffers hold every block from the
+start, the write is a scatter (XLA updates it in place) and attention reads
+every block under a mask: every shape is static, and the step compiles
+once. Those ops are correct anywhere, only slower.
 """
 
 import typing
@@ -59,8 +63,7 @@ def _num_blocks(max_length):
 
 
 def buffer(batch, heads, max_length, group_size, depth, dtype, static):
-  """Zero keys or values of one attention, never folded into a constant
-  shared between calls.
+  """Keys or values of one attention before the first step.
 
   Args:
     batch, heads: the sentences and attention heads.
@@ -68,16 +71,15 @@ def buffer(batch, heads, max_length, group_size, depth, dtype, static):
     group_size: slots (hypotheses) per sentence.
     depth: d_k or d_v.
     dtype: the compute dtype.
-    static: a static shape, for XLA; else a dynamic one (`Empty` with
-      init=True: zeros, never a constant).
+    static: every block, zeros, for XLA; else none yet (`write` appends
+      each as its first position is written).
   Returns:
-    [blocks, batch, heads, BLOCK_LENGTH * group_size, depth].
+    [blocks, batch, heads, BLOCK_LENGTH * group_size, depth], blocks =
+    max_length / BLOCK_LENGTH rounded up if `static`, else 0.
   """
-  shape = [_num_blocks(max_length), batch, heads, BLOCK_LENGTH * group_size,
-           depth]
-  if static:
-    return tf.zeros(shape, dtype)
-  return tf.raw_ops.Empty(shape=tf.stack(shape), dtype=dtype, init=True)
+  blocks = _num_blocks(max_length) if static else 0
+  return tf.zeros([blocks, batch, heads, BLOCK_LENGTH * group_size, depth],
+                  dtype)
 
 
 def initial_ancestors(batch, group_size, max_length):
@@ -91,6 +93,19 @@ def initial_ancestors(batch, group_size, max_length):
   """
   return tf.fill([batch, group_size, _num_blocks(max_length) * BLOCK_LENGTH],
                  -1)
+
+
+def loop_shapes(cache):
+  """The shapes of a cache (a `step.initial_cache`, or an ensemble's
+  tuple of them) that a loop carrying it keeps: every buffer's block axis
+  free, since the buffers grow (the module docstring)."""
+  if isinstance(cache, tuple):  # an ensemble's members
+    return tuple(loop_shapes(member) for member in cache)
+  free = lambda x: tf.TensorShape([None]).concatenate(x.shape[1:])
+  return {name: value.shape if name == "ancestors" else
+          {key: free(part) if key in ("key", "value") else part.shape
+           for key, part in value.items()}
+          for name, value in cache.items()}
 
 
 def group_size(layer_cache):
@@ -142,6 +157,9 @@ class StepPlan(typing.NamedTuple):
   selection: tf.Tensor  # bool [num_blocks, batch, 1, group, BLOCK_LENGTH * group]
   rows: tf.Tensor  # rows of a buffer's flat view that position `step` fills
   # (None when static)
+  # The blocks a buffer grows by at this step, as `tf.pad`'s paddings: one
+  # where `step` starts a block, else none (None when static).
+  new_blocks: typing.Any
   step: tf.Tensor
   # The scores' shapes [batch, heads, group, blocks * rows] and [batch,
   # heads, group, blocks, rows] (the batch as -1): attention's softmax runs
@@ -185,7 +203,7 @@ def plan_step(ancestors, step, group, heads, static):
   block_rows = BLOCK_LENGTH * group
   if static:  # (a scatter writes, and a range needs static ends)
     return ancestors, StepPlan(
-        True, num_blocks, select, None, step,
+        True, num_blocks, select, None, None, step,
         [-1, heads, group, num_blocks * block_rows],
         [-1, heads, group, num_blocks, block_rows])
   # The rows of a buffer's [num_blocks * batch * heads * BLOCK_LENGTH,
@@ -194,9 +212,12 @@ def plan_step(ancestors, step, group, heads, static):
   rows_per_block = batch * (heads * BLOCK_LENGTH)
   first = step // BLOCK_LENGTH * rows_per_block + step % BLOCK_LENGTH
   rows = tf.range(first, first + rows_per_block, BLOCK_LENGTH)
+  # Blocks before this step: step / BLOCK_LENGTH rounded up.
+  grow = num_blocks - (step + BLOCK_LENGTH - 1) // BLOCK_LENGTH
+  new_blocks = tf.constant([[0, 1], [0, 0], [0, 0], [0, 0], [0, 0]]) * grow
   blocks = tf.reshape(num_blocks, [1])  # (two concats, once a step)
   return ancestors, StepPlan(
-      False, num_blocks, select, rows, step,
+      False, num_blocks, select, rows, new_blocks, step,
       tf.concat([[-1, heads, group], blocks * block_rows], 0),
       tf.concat([[-1, heads, group], blocks, [block_rows]], 0))
 
@@ -209,7 +230,8 @@ def write(cache_buffer, new, plan):
     new: [batch, heads, group, depth].
     plan: this step's `plan_step`.
   Returns:
-    The buffer, written in place unless `plan.static`.
+    The buffer, written in place unless `plan.static`; with a new block
+    where the step starts one.
   """
   if plan.static:
     num_blocks, batch, heads, rows, depth = dims(cache_buffer)
@@ -224,6 +246,9 @@ def write(cache_buffer, new, plan):
                    [num_blocks, batch, heads, BLOCK_LENGTH, group * depth]),
         where, tf.reshape(new, [batch, heads, group * depth]))
     return tf.reshape(updated, tf.shape(cache_buffer))
+  grown = tf.pad(cache_buffer, plan.new_blocks)
+  grown.set_shape([None] + cache_buffer.shape[1:])  # (only axis 0 grows)
+  cache_buffer = grown
   row_size = cache_buffer.shape[3] // BLOCK_LENGTH * cache_buffer.shape[4]
   flat = tf.raw_ops.InplaceUpdate(
       x=tf.reshape(cache_buffer, [-1, row_size]), i=plan.rows,
@@ -238,7 +263,8 @@ def attend(query, key, value, plan):
   Args:
     query: Q W^Q heads [batch, heads, group, d_k], already scaled by
       1 / sqrt(d_k).
-    key, value: buffers (`buffer`), position `plan.step` written.
+    key, value: buffers (`buffer`), position `plan.step` written: the
+      blocks filled so far (every block when `plan.static`).
     plan: this step's `plan_step`.
   Returns:
     [batch, heads, group, d_v]. Every query of a sentence meets every
@@ -247,8 +273,6 @@ def attend(query, key, value, plan):
     runs over the blocks and their rows where they lie, so that neither the
     scores nor the weights are transposed.
   """
-  if not plan.static:  # the filled blocks: a slice without a copy
-    key, value = key[:plan.num_blocks], value[:plan.num_blocks]
   scores = tf.matmul(tf.expand_dims(query, 0), key, transpose_b=True)
   scores = tf.where(plan.selection, scores, scores.dtype.min)
   # One softmax over the blocks' positions: two transposes and a Softmax,

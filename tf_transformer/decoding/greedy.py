@@ -9,6 +9,7 @@ own log P(Y|X), whatever the temperature, so samples rank like beams.
 
 import tensorflow as tf
 
+from tf_transformer.decoding import cache as cache_lib
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import step as step_lib
@@ -108,6 +109,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
   scores = tf.zeros([batch], tf.float32)
   step = tf.constant(0)
   while step < max_length and not tf.reduce_all(finished):
+    tf.autograph.experimental.set_loop_options(
+        shape_invariants=[(cache, cache_lib.loop_shapes(cache))])
     logits, cache = decoder(token, step, cache, source_mask, weights)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, prefix)
