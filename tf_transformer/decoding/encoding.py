@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from tf_transformer.decoding.fused_ops import dense
 from tf_transformer.decoding.fused_ops import layer_norm
+from tf_transformer.decoding.fused_ops import residual
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights as named
 from tf_transformer.layers.embedding import sinusoid_table
@@ -105,12 +106,9 @@ def _norm(x, gamma, beta, epsilon):
 
 
 def _block(x, gamma, beta, shape, fn):
-  """The residual connection of section 3.1 (post-norm) or its pre-norm
-  variant around `fn(input, residual) = sublayer(input) + residual`, as
-  `step._sublayer` with the normalization's bias."""
-  if shape.norm_position == "pre":
-    return fn(_norm(x, gamma, beta, shape.epsilon), x)
-  return _norm(fn(x, x), gamma, beta, shape.epsilon)
+  """`fused_ops.residual` around `fn`, its norm with gain and bias."""
+  return residual(x, shape.norm_position,
+                  lambda y: _norm(y, gamma, beta, shape.epsilon), fn)
 
 
 def _self_attention(x, weights, shape, where, padded_shape, key_mask):

@@ -2,7 +2,8 @@
 search's encoder (`decoding/encoding.py`) are made of, on [rows, d_model]
 activations: an affine map as one 2-D `MatMul` + `BiasAdd` (which
 Grappler's remapper fuses into one kernel with a ReLU or a residual `AddN`),
-and layer normalization in float32.
+and layer normalization in float32; and the residual block both wrap their
+sub-layers in.
 """
 
 import tensorflow as tf
@@ -53,3 +54,22 @@ def layer_norm(x, gamma, epsilon):
   if gamma is not None:
     y *= tf.cast(gamma, tf.float32)
   return tf.cast(y, dtype) if dtype != tf.float32 else y
+
+
+def residual(x, norm_position, norm, sublayer):
+  """Section 3.1's residual connection around a sub-layer,
+  LayerNorm(x + Sublayer(x)) ("post"), or its pre-norm variant
+  x + Sublayer(LayerNorm(x)) ("pre").
+
+  Args:
+    x: [rows, d_model].
+    norm_position: "post" or "pre".
+    norm: x -> the block's layer normalization of x.
+    sublayer: (input, residual) -> Sublayer(input) + residual, the add
+      inside it so that it fuses with the last matmul (`dense`).
+  Returns:
+    [rows, d_model].
+  """
+  if norm_position == "pre":
+    return sublayer(norm(x), x)
+  return norm(sublayer(x, x))

@@ -33,6 +33,7 @@ from tf_transformer.decoding import cache as cache_lib
 from tf_transformer.decoding import encoding
 from tf_transformer.decoding.fused_ops import dense
 from tf_transformer.decoding.fused_ops import layer_norm
+from tf_transformer.decoding.fused_ops import residual
 from tf_transformer.decoding import step_weights
 from tf_transformer.layers import masks
 from tf_transformer.decoding import shapes
@@ -71,11 +72,10 @@ def shape_of(named, static=False) -> Shape:
 
 
 def _sublayer(x, shape, gamma, fn):
-  """The residual connection of section 3.1 (post-norm) or its pre-norm
-  variant around `fn(input, residual) = sublayer(input) + residual`."""
-  if shape.norm_position == "pre":
-    return fn(layer_norm(x, gamma, shape.epsilon), x)
-  return layer_norm(fn(x, x), gamma, shape.epsilon)
+  """`fused_ops.residual` around `fn`, its norm without beta (folded into
+  the biases after it, `step_weights.py`)."""
+  return residual(x, shape.norm_position,
+                  lambda y: layer_norm(y, gamma, shape.epsilon), fn)
 
 
 def _heads(x, group, heads, depth):
