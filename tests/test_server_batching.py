@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 
+from tf_transformer.benchmark import server_batching
 from tf_transformer.data import numbers
 
 PAIRS = numbers.generate({"test": 7}, seed=11)["test"]
@@ -99,3 +100,27 @@ def test_ids_signature_splits_as_it_was_sent(loaded):
   ids = loaded.source_ids(_strings(FIRST + SECOND))["source_ids"]
   _split_equals_alone(loaded.signatures["ids"], {"source_ids": ids[:3]},
                       {"source_ids": ids[3:]}, "target_ids", "score")
+
+
+def test_batching_op_serves_concurrent_clients_as_alone(loaded):
+  """bin/server_batching.py's measure: 4 clients through TF Serving's
+  batching op (concurrent one-sentence calls merged on dimension 0) get
+  what each sentence gets alone, and the figures are filled in."""
+  serve = loaded.signatures["serving_default"]
+  translate = lambda text: serve(text=text)["translation"]
+  sentences = [s for s, _ in numbers.generate({"test": 12}, seed=5)["test"]]
+  alone = [translate(tf.constant([s])).numpy()[0].decode() for s in sentences]
+  rows = server_batching.compare(
+      translate, sentences,
+      [server_batching.Setting(), server_batching.Setting(2, 2000, 8)],
+      clients=4, rounds=1)
+  assert [r["setting"] for r in rows] == [
+      "no batching", "2 batch thread(s), 2000 us, up to 8"]
+  for r in rows:
+    assert r["same"] == len(sentences)
+    assert r["sentences_per_second"] > 0 and r["cpu_seconds"] >= 0
+    assert 0 < r["p50_ms"] <= r["p99_ms"]
+  calls = server_batching.concurrent_clients(
+      server_batching.batched(translate, server_batching.Setting(1, 5000, 8)),
+      sentences, 4)
+  assert calls["outputs"] == alone
