@@ -6,11 +6,11 @@ concurrent clients with one sentence a call, as a server's requests arrive.
 """
 
 import dataclasses
-import threading
-import time
 
 import numpy as np
 import tensorflow as tf
+
+from tf_transformer.benchmark import serving_worker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,32 +49,18 @@ def batched(translate, setting):
 
 
 def concurrent_clients(call, sentences, clients):
-  """`clients` threads send `sentences` one a call. Returns a dict of
-  sentences_per_second, p50_ms, p99_ms, cpu_seconds (this process's) and
-  outputs (in the order of `sentences`)."""
-  latencies, outputs, lock = [], [None] * len(sentences), threading.Lock()
-
-  def work(indices):
-    for i in indices:
-      start = time.perf_counter()
-      result = call(tf.constant([sentences[i]])).numpy()
-      with lock:
-        latencies.append(time.perf_counter() - start)
-        outputs[i] = result[0].decode()
-
-  threads = [threading.Thread(target=work,
-                              args=(range(j, len(sentences), clients),))
-             for j in range(clients)]
-  wall, cpu = time.perf_counter(), time.process_time()
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join()
-  wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-  return {"sentences_per_second": len(sentences) / wall,
-          "p50_ms": float(np.percentile(latencies, 50)) * 1e3,
-          "p99_ms": float(np.percentile(latencies, 99)) * 1e3,
-          "cpu_seconds": cpu, "outputs": outputs}
+  """`clients` threads send `sentences` one a call (`serving_worker`'s
+  concurrency measure). Returns a dict of sentences_per_second, p50_ms,
+  p99_ms, cpu_seconds (this process's) and outputs (in the order of
+  `sentences`)."""
+  measured = serving_worker.concurrency(
+      lambda texts: [t.decode() for t in call(tf.constant(texts)).numpy()],
+      sentences, clients)
+  return {"sentences_per_second": len(sentences) / measured["seconds"],
+          "p50_ms": float(np.percentile(measured["call_seconds"], 50)) * 1e3,
+          "p99_ms": float(np.percentile(measured["call_seconds"], 99)) * 1e3,
+          "cpu_seconds": measured["cpu_seconds"],
+          "outputs": measured["outputs"]}
 
 
 def compare(translate, sentences, settings, clients=8, rounds=2):

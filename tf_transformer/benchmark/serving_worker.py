@@ -16,7 +16,8 @@ of each timed pass over all sentences and the outputs in file order; for
 latency the seconds and CPU-seconds of each single-sentence call; for
 concurrency `clients` threads calling one loaded model with one sentence a
 call, as a server runs concurrent requests: the wall seconds of the whole and
-of each call; the kernels a decoding step runs at batch 1 and at batch_size.
+of each call, the CPU-seconds and the outputs; the kernels a decoding step
+runs at batch 1 and at batch_size.
 """
 
 import json
@@ -107,33 +108,36 @@ def _latency(translate, sentences, warmup):
   return seconds, cpu_seconds
 
 
-def _concurrency(translate, sentences, clients):
+def concurrency(translate, sentences, clients):
   """`clients` threads share `sentences`, each sending one sentence a call
-  until none is left: the wall seconds of the whole and of each call."""
-  queue = list(reversed(sentences))
+  until none is left: the wall seconds of the whole and of each call, this
+  process's CPU-seconds, and the outputs in the order of `sentences`."""
+  queue = list(reversed(list(enumerate(sentences))))
   lock = threading.Lock()
-  calls = []
+  calls, outputs = [], [None] * len(sentences)
 
   def client():
     while True:
       with lock:
         if not queue:
           return
-        text = queue.pop()
+        index, text = queue.pop()
       start = time.perf_counter()
-      translate([text])
+      output = translate([text])[0]
       with lock:
         calls.append(time.perf_counter() - start)
+        outputs[index] = output
   for text in sentences[:clients]:  # warm-up
     translate([text])
   threads = [threading.Thread(target=client) for _ in range(clients)]
-  start = time.perf_counter()
+  start, cpu_start = time.perf_counter(), time.process_time()
   for thread in threads:
     thread.start()
   for thread in threads:
     thread.join()
   return {"seconds": time.perf_counter() - start, "call_seconds": calls,
-          "clients": clients}
+          "cpu_seconds": time.process_time() - cpu_start,
+          "outputs": outputs, "clients": clients}
 
 
 def _kernels(translate, sentences, batch_size):
@@ -183,8 +187,8 @@ def main(path):
   if request.get("clients") and latency_sentences:
     if request["kind"] == "ctranslate2":
       translate = _ctranslate2(request, inter_threads=request["threads"])
-    result["concurrency"] = _concurrency(translate, latency_sentences,
-                                         request["clients"])
+    result["concurrency"] = concurrency(translate, latency_sentences,
+                                        request["clients"])
   json.dump(result, sys.stdout)
 
 
