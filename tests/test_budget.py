@@ -1,4 +1,4 @@
-"""Dropout sized for a time budget (training/budget.py) and the main job's
+"""The model and dropout sized for a time budget (training/budget.py) and the main job's
 use of it, with the probe of the training step forced so that every host
 takes each branch."""
 
@@ -27,28 +27,37 @@ def test_planned_epochs_are_the_budgets_tokens_over_the_corpus():
   assert config.model.dropout_rate == 0.1
 
 
-@pytest.mark.parametrize("minutes, tokens_per_sec, expected", [
-    (20, 15_439, None),  # a fast host's 20 minutes: 21 epochs
-    (60, 15_439, 0.3),  # its 60 minutes: 64 epochs
-    (60, 5_500, None),  # an AVX2 host's 60 minutes: 23 epochs
+@pytest.mark.parametrize("minutes, tokens_per_sec, long_run", [
+    (20, 15_439, False),  # a fast host's 20 minutes: 21 epochs
+    (60, 15_439, True),  # its 60 minutes: 64 epochs
+    (60, 5_500, False),  # an AVX2 host's 60 minutes: 23 epochs
 ])
-def test_long_plans_get_the_long_run_dropout(minutes, tokens_per_sec,
-                                             expected):
+def test_long_plans_get_the_long_run_model(minutes, tokens_per_sec,
+                                           long_run):
   plan = budget.plan(tokens_per_sec, minutes, STATS,
                      get_config("small_corpus"))
-  assert plan.dropout_rate == expected
-  assert (plan.epochs > budget.LONG_RUN_EPOCHS) == (expected is not None)
+  assert (plan.epochs > budget.LONG_RUN_EPOCHS) == long_run
   assert f"at most {plan.epochs:.0f} epochs" in plan.reason
-  assert plan.reason.startswith(f"dropout {expected or 0.1}")
+  if not long_run:
+    assert plan.hparams == ""
+    assert plan.reason.startswith("the preset's model with dropout 0.1")
+    return
+  assert plan.reason.startswith("the long-run model (num_layers=4,")
+  model = get_config("small_corpus", plan.hparams)
+  assert (model.model.num_layers, model.model.d_model, model.model.d_ff,
+          model.model.num_heads, model.model.dropout_rate) == (
+              4, 128, 256, 4, 0.2)
+  assert (model.training.warmup_steps,
+          model.training.learning_rate_scale) == (2000, 1.0)
 
 
-def test_a_small_corpus_keeps_the_presets_dropout_however_long():
+def test_a_small_corpus_keeps_the_preset_however_long():
   """5,000 pairs for 20 minutes are over 100 planned epochs, but there
-  dropout 0.3 lost: fewer than MIN_PAIRS keep the preset's."""
+  more dropout lost: fewer than MIN_PAIRS keep the preset."""
   stats = {"train": {"pairs": 5000, "source_tokens": 76_000,
                      "target_tokens": 74_000}}
   plan = budget.plan(15_000, 20, stats, get_config("small_corpus"))
-  assert plan.epochs > 100 and plan.dropout_rate is None
+  assert plan.epochs > 100 and plan.hparams == ""
   assert "of 5,000 training pairs, fewer than the 20,000" in plan.reason
 
 
@@ -60,57 +69,72 @@ def _cpuinfo(tmp_path):
 
 def _run_dir(tmp_path):
   run = tmp_path / "run"
-  run.mkdir()
+  run.mkdir(parents=True)
   (run / "data_stats.json").write_text(json.dumps(STATS))
   return run
 
 
-def _probe(tokens_per_sec, calls):
+def _probe(tokens_per_sec, calls, bfloat16_gain=None):
+  """A forced probe: bfloat16 1.3x faster at d_model 256; at other widths
+  `bfloat16_gain` (default the same)."""
   def probe(config, mixed_precision):
-    calls.append((config.model.dropout_rate, mixed_precision))
-    return tokens_per_sec * (1.3 if mixed_precision == "bfloat16" else 1.0)
+    calls.append((config.model.d_model, mixed_precision))
+    gain = 1.3 if config.model.d_model == 256 else (bfloat16_gain or 1.3)
+    return tokens_per_sec * (gain if mixed_precision == "bfloat16" else 1.0)
   return probe
 
 
-def test_the_job_sizes_a_new_small_corpus_runs_dropout_by_its_budget(
-    tmp_path):
-  """60 minutes at a fast probe's rate: dropout 0.3 added to --hparams,
-  with the rate of the precision chosen (and kept for the run); 20
-  minutes: --hparams unchanged."""
+def test_the_job_sizes_a_new_small_corpus_run_by_its_budget(tmp_path):
+  """60 minutes at a fast probe's rate: the long-run model added to
+  --hparams, planned at the rate of the preset's chosen precision, then
+  the precision chosen again for the long-run model (float32 where its
+  bfloat16 gains too little) and kept for the run; 20 minutes: --hparams
+  unchanged."""
   calls = []
   run = _run_dir(tmp_path)
   hparams = main_job._sized_for_budget(
       "small_corpus", "label_smoothing=0.1", None, str(run), 60,
-      precision.AUTO, _probe(12_000, calls), cpuinfo=_cpuinfo(tmp_path))
-  assert hparams == "label_smoothing=0.1,dropout_rate=0.3"
-  assert calls == [(0.1, None), (0.1, "bfloat16")]  # the precision's probe
+      precision.AUTO, _probe(12_000, calls, bfloat16_gain=1.04),
+      cpuinfo=_cpuinfo(tmp_path))
+  assert hparams == "label_smoothing=0.1," + budget.long_run_hparams()
+  # The preset's probe in both precisions, then the long-run model's.
+  assert calls == [(256, None), (256, "bfloat16"),
+                   (128, None), (128, "bfloat16")]
   kept = json.loads((run / precision.FILENAME).read_text())
-  assert kept["mixed_precision"] == "bfloat16"
-  assert kept["tokens_per_sec"] == pytest.approx(15_600)
-  # 20 minutes: 21 epochs at that rate; the kept choice is not probed again.
+  assert kept["mixed_precision"] is None  # float32: 1.04x is below 1.1x
+  assert kept["tokens_per_sec"] == pytest.approx(12_000)
+  # A second start keeps that choice: nothing probed again.
+  assert precision.resolve(str(run), precision.AUTO,
+                           get_config("small_corpus", hparams))[0] is None
+  assert len(calls) == 4
+  # 20 minutes: 21 epochs at the preset's bfloat16 rate; --hparams as given.
+  run20 = _run_dir(tmp_path / "20")
   assert main_job._sized_for_budget(
-      "small_corpus", "", None, str(run), 20, precision.AUTO,
-      _probe(12_000, calls)) == ""
-  assert len(calls) == 2
+      "small_corpus", "", None, str(run20), 20, precision.AUTO,
+      _probe(12_000, calls), cpuinfo=_cpuinfo(tmp_path)) == ""
+  assert calls[4:] == [(256, None), (256, "bfloat16")]
+  assert json.loads((run20 / precision.FILENAME).read_text())[
+      "mixed_precision"] == "bfloat16"
 
 
 def test_the_job_keeps_what_a_run_or_its_flags_already_say(tmp_path):
   """No sizing for another preset, without minutes, where --hparams name a
-  dropout, for a run that already has a config (resumed, continued to a
-  longer budget: it keeps the dropout it started with), or a step budget
+  size or dropout of the long-run model's, for a run that already has a config (resumed, continued to a
+  longer budget: it keeps the model it started with), or a step budget
   that ends it first; a given precision is probed as given."""
   calls = []
   run = _run_dir(tmp_path)
   probe = _probe(20_000, calls)
   for args in (("tiny", "", None, str(run), 60),
                ("small_corpus", "", None, str(run), None),
-               ("small_corpus", "dropout_rate=0.2", None, str(run), 60)):
+               ("small_corpus", "dropout_rate=0.2", None, str(run), 60),
+               ("small_corpus", "d_model=512", None, str(run), 60)):
     assert main_job._sized_for_budget(*args, precision.AUTO, probe) == (
         args[1])
   assert calls == []
   assert main_job._sized_for_budget(
       "small_corpus", "", 500, str(run), 60, "float32", probe) == ""
-  assert calls == [(0.1, None)]
+  assert calls == [(256, None)]
   (run / "config.json").write_text("{}")
   assert main_job._sized_for_budget(
       "small_corpus", "", None, str(run), 60, precision.AUTO, probe) == ""

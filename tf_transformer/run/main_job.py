@@ -165,13 +165,16 @@ def _cadence(task, train_steps, minutes, average_checkpoints):
 def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
                       mixed_precision, probe=precision.probe_tokens_per_sec,
                       **choose_args):
-  """--hparams with the dropout that the time budget suits on this host
-  (`training/budget.py`), for a new `small_corpus` run given minutes and
-  no dropout of its own; else `hparams` as given. The precision is chosen
-  here (and kept for the run), so that its probe gives the rate; `probe`
-  and `choose_args` (`precision.choose`'s) are a test's to force."""
+  """--hparams with the model and dropout that the time budget suits on
+  this host (`training/budget.py`), for a new `small_corpus` run given
+  minutes and none of those hparams of its own; else `hparams` as given.
+  The precision is chosen here (and kept for the run), so that its probe
+  gives the rate, and chosen again for the long-run model where the plan
+  trains it; `probe` and `choose_args` (`precision.choose`'s) are a
+  test's to force."""
+  given = config_lib.parse_overrides(hparams)
   if (config_name != "small_corpus" or not minutes
-      or "dropout_rate" in config_lib.parse_overrides(hparams)
+      or any(name in given for name, _ in budget.LONG_RUN_HPARAMS)
       or os.path.exists(os.path.join(run_dir, run_dir_lib.CONFIG))):
     return hparams
   config = config_lib.get_config(config_name, hparams)
@@ -186,9 +189,20 @@ def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
     stats = json.load(f)
   plan = budget.plan(rate, minutes, stats, config)
   logging.info("sized for the budget: %s", plan.reason)
-  if plan.dropout_rate is None:
+  if not plan.hparams:
     return hparams
-  return ",".join(filter(None, (hparams, f"dropout_rate={plan.dropout_rate}")))
+  sized = ",".join(filter(None, (hparams, plan.hparams)))
+  if mixed_precision == precision.AUTO:
+    # The preset's precision need not be the long-run model's (bfloat16
+    # gained less at d_model 128): its own probe chooses, and is kept.
+    os.remove(os.path.join(run_dir, precision.FILENAME))
+    config = config_lib.get_config(config_name, sized)
+    if train_steps:
+      config = config.replace(train_steps=train_steps)
+    _, reason = precision.resolve(run_dir, mixed_precision, config,
+                                  probe=probe, **choose_args)
+    logging.info("mixed precision for the long-run model: %s", reason)
+  return sized
 
 
 def run_job(task_name="numbers", work_dir=None, export_dir=None,

@@ -1,15 +1,18 @@
-"""Regularization sized for a time budget: how many passes over the
-corpus a run given --train_minutes can make on this host, and the
-`small_corpus` dropout (section 5.4's P_drop) that suits that many.
+"""The model and its regularization sized for a time budget: how many
+passes over the corpus a run given --train_minutes can make on this host,
+and the `small_corpus` size and dropout (section 5.4's P_drop) that suit
+that many.
 
-On Multi30k's 29,000 pairs the preset's dropout 0.1 fits best near 17
-epochs and overfits after; dropout 0.3 (Wu et al., 2021, for this corpus)
-learns more slowly and keeps improving for 50 epochs and more
-(docs/recipes.md has the runs). So a budget that buys many epochs trains
-with 0.3, a short one with 0.1. The rule holds where it was measured, a
-corpus the size of Multi30k's: on its first 5,000 pairs dropout 0.3 lost
-4.4 val BLEU over 20 minutes of about 90 epochs, learning too slowly to
-gain from the longer run, so smaller corpora keep the preset's.
+On Multi30k's 29,000 pairs the preset (3 layers, d_model 256) with dropout
+0.1 fits best near 17 epochs and overfits after. A budget that buys many
+more epochs trains Wu et al.'s (2021) smaller model for this corpus, 4
+layers of d_model 128 and d_ff 256, with eq. 3's full rate peaking at step
+2,000 and dropout 0.2: on the budget where the preset needs dropout 0.3 not
+to overfit, it scores the same on val with a third of the parameters
+(docs/recipes.md has the runs). The rule holds where it was measured, a
+corpus the size of Multi30k's: on its first 5,000 pairs more dropout lost
+4.4 val BLEU over 20 minutes of about 90 epochs, so smaller corpora keep
+the preset.
 
 The epochs are planned from a probe of the training step
 (`precision.probe_tokens_per_sec`), which times full batches of one length
@@ -18,21 +21,29 @@ above what the runs measured.
 """
 
 import dataclasses
-from typing import Optional
 
-# Planned epochs (at the probe's rate) above which `small_corpus` trains
-# with LONG_RUN_DROPOUT: between the 21 of a 20-minute run on a fast host,
-# where 0.1 won, and the 64 of its 60 minutes, where 0.3 did.
+# Planned epochs (at the preset's probed rate) above which `small_corpus`
+# trains LONG_RUN_HPARAMS: between the 21 of a 20-minute run on a fast
+# host, where the preset with dropout 0.1 won, and the 64 of its 60
+# minutes, where it overfits.
 LONG_RUN_EPOCHS = 40.0
-LONG_RUN_DROPOUT = 0.3
-MIN_PAIRS = 20_000  # below: the preset's dropout whatever the epochs
+LONG_RUN_HPARAMS = (
+    ("num_layers", 4), ("d_model", 128), ("d_ff", 256), ("num_heads", 4),
+    ("d_k", 32), ("d_v", 32), ("learning_rate_scale", 1.0),
+    ("warmup_steps", 2000), ("dropout_rate", 0.2))
+MIN_PAIRS = 20_000  # below: the preset whatever the epochs
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
   epochs: float  # passes over the training pairs the budget buys
-  dropout_rate: Optional[float]  # None: the preset's own
+  hparams: str  # --hparams overrides to add; "" for the preset's own
   reason: str  # one line for the log
+
+
+def long_run_hparams():
+  """LONG_RUN_HPARAMS as --hparams text."""
+  return ",".join(f"{name}={value}" for name, value in LONG_RUN_HPARAMS)
 
 
 def planned_epochs(tokens_per_sec, minutes, stats, train_steps, batch_tokens):
@@ -56,14 +67,14 @@ def planned_epochs(tokens_per_sec, minutes, stats, train_steps, batch_tokens):
 
 
 def plan(tokens_per_sec, minutes, stats, config):
-  """The dropout for a run of `minutes` on this host.
+  """The model and dropout for a run of `minutes` on this host.
 
   Args:
     tokens_per_sec, minutes, stats: as `planned_epochs`'s.
     config: the run's TransformerConfig (its steps, batch and dropout).
   Returns:
-    A Plan: LONG_RUN_DROPOUT above LONG_RUN_EPOCHS planned epochs of a
-    corpus of MIN_PAIRS or more, else the preset's (dropout_rate None).
+    A Plan: LONG_RUN_HPARAMS above LONG_RUN_EPOCHS planned epochs of a
+    corpus of MIN_PAIRS or more, else the preset's (hparams "").
   """
   t = config.training
   epochs = planned_epochs(tokens_per_sec, minutes, stats, t.train_steps,
@@ -73,16 +84,15 @@ def plan(tokens_per_sec, minutes, stats, config):
               f"tokens/s (or {t.train_steps:,} steps) are at most "
               f"{epochs:.0f} epochs")
   pairs = stats["train"]["pairs"]
+  preset = (f"the preset's model with dropout {preset_dropout}: "
+            f"{measured}")
   if pairs < MIN_PAIRS:
-    return Plan(epochs, None, (
-        f"dropout {preset_dropout} (the preset's): {measured}, but of "
-        f"{pairs:,} training pairs, fewer than the {MIN_PAIRS:,} that "
-        f"{LONG_RUN_DROPOUT} needs to gain"))
+    return Plan(epochs, "", (
+        f"{preset}, but of {pairs:,} training pairs, fewer than the "
+        f"{MIN_PAIRS:,} where the long-run model gains"))
   if epochs > LONG_RUN_EPOCHS:
-    return Plan(epochs, LONG_RUN_DROPOUT, (
-        f"dropout {LONG_RUN_DROPOUT}: {measured}, over the "
-        f"{LONG_RUN_EPOCHS:.0f} where the preset's {preset_dropout} "
-        "overfits"))
-  return Plan(epochs, None, (
-      f"dropout {preset_dropout} (the preset's): {measured}, not over "
-      f"{LONG_RUN_EPOCHS:.0f}"))
+    return Plan(epochs, long_run_hparams(), (
+        f"the long-run model ({long_run_hparams()}): {measured}, over the "
+        f"{LONG_RUN_EPOCHS:.0f} where the preset with dropout "
+        f"{preset_dropout} overfits"))
+  return Plan(epochs, "", f"{preset}, not over {LONG_RUN_EPOCHS:.0f}")
