@@ -1,6 +1,6 @@
-"""The model and dropout sized for a time budget (training/budget.py) and the main job's
-use of it, with the probe of the training step forced so that every host
-takes each branch."""
+"""The model and dropout sized for a time budget (training/budget.py) and
+the main job's use of it, with the probe of the training step forced so
+that every host takes each branch."""
 
 import json
 
@@ -119,9 +119,9 @@ def test_the_job_sizes_a_new_small_corpus_run_by_its_budget(tmp_path):
 
 def test_the_job_keeps_what_a_run_or_its_flags_already_say(tmp_path):
   """No sizing for another preset, without minutes, where --hparams name a
-  size or dropout of the long-run model's, for a run that already has a config (resumed, continued to a
-  longer budget: it keeps the model it started with), or a step budget
-  that ends it first; a given precision is probed as given."""
+  size or dropout of the long-run model's, for a run that already has a
+  config (resumed, continued to a longer budget: it keeps the model it
+  started with), or a step budget that ends it first; a given precision is probed as given."""
   calls = []
   run = _run_dir(tmp_path)
   probe = _probe(20_000, calls)

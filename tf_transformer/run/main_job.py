@@ -162,6 +162,12 @@ def _cadence(task, train_steps, minutes, average_checkpoints):
   return every, every_secs, evaluate_every, max(1, min(100, steps // 10))
 
 
+def _train_config(config_name, hparams, train_steps):
+  """The TransformerConfig that bin/train.py builds from these flags."""
+  config = config_lib.get_config(config_name, hparams)
+  return config.replace(train_steps=train_steps) if train_steps else config
+
+
 def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
                       mixed_precision, probe=precision.probe_tokens_per_sec,
                       **choose_args):
@@ -177,9 +183,7 @@ def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
       or any(name in given for name, _ in budget.LONG_RUN_HPARAMS)
       or os.path.exists(os.path.join(run_dir, run_dir_lib.CONFIG))):
     return hparams
-  config = config_lib.get_config(config_name, hparams)
-  if train_steps:
-    config = config.replace(train_steps=train_steps)
+  config = _train_config(config_name, hparams, train_steps)
   chosen, _ = precision.resolve(run_dir, mixed_precision or None, config,
                                 probe=probe, **choose_args)
   kept = (precision.kept_tokens_per_sec(run_dir)
@@ -196,9 +200,7 @@ def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
     # The preset's precision need not be the long-run model's (bfloat16
     # gained less at d_model 128): its own probe chooses, and is kept.
     os.remove(os.path.join(run_dir, precision.FILENAME))
-    config = config_lib.get_config(config_name, sized)
-    if train_steps:
-      config = config.replace(train_steps=train_steps)
+    config = _train_config(config_name, sized, train_steps)
     _, reason = precision.resolve(run_dir, mixed_precision, config,
                                   probe=probe, **choose_args)
     logging.info("mixed precision for the long-run model: %s", reason)
@@ -244,9 +246,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
       task, train_steps, minutes, average_checkpoints)
   hparams = _sized_for_budget(config_name, hparams, train_steps, run_dir,
                               minutes, mixed_precision)
-  train_config = config_lib.get_config(config_name, hparams)
-  if train_steps:
-    train_config = train_config.replace(train_steps=train_steps)
+  train_config = _train_config(config_name, hparams, train_steps)
   # What bin/train.py takes as flags and `Runner.train` as arguments.
   train = _given(
       vocab_size=vocab_size, seed=seed, train_minutes=minutes,
