@@ -237,10 +237,17 @@ def _full_float32_matmuls():
 
 
 def _device_name():
-  if keras.backend.backend() != "jax":
-    return keras.backend.backend()
-  import jax  # pylint: disable=g-import-not-at-top
-  return jax.devices()[0].device_kind
+  """The default device's kind under JAX ("cpu", "NVIDIA H200") and
+  PyTorch; the backend's name elsewhere."""
+  backend = keras.backend.backend()
+  if backend == "jax":
+    import jax  # pylint: disable=g-import-not-at-top
+    return jax.devices()[0].device_kind
+  if backend == "torch":
+    import torch  # pylint: disable=g-import-not-at-top
+    return (torch.cuda.get_device_name() if torch.cuda.is_available()
+            else "cpu")
+  return backend
 
 
 def markdown(rows, logits):

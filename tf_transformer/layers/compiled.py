@@ -14,7 +14,6 @@ import functools
 import keras
 
 
-@functools.cache
 def xla(fn):
   """`fn` compiled by XLA on its own under TensorFlow; `fn` elsewhere.
 
@@ -24,6 +23,11 @@ def xla(fn):
     The function to call, made once per `fn`.
   """
   if keras.backend.backend() != "tensorflow":
-    return fn
+    return fn  # no cache in the way of torch.compile's trace
+  return _tf_xla(fn)
+
+
+@functools.cache
+def _tf_xla(fn):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.function(fn, jit_compile=True)

@@ -24,6 +24,23 @@ class PolicyLayer(keras.layers.Layer):
   def compute_output_spec(self, *args, **kwargs):
     convert = lambda x: self.dtype_policy.convert_input(x, self.autocast,
                                                         self.input_dtype)
-    return super().compute_output_spec(
+    spec = super().compute_output_spec(
         *keras.tree.map_structure(convert, args),
         **keras.tree.map_structure(convert, kwargs))
+    if keras.backend.backend() != "torch" or not self._mixed():
+      return spec
+    # Keras' torch backend traces on the "meta" device, where a variable's
+    # stand-in keeps the variable dtype, not the autocast one
+    # (`Variable.value` in keras/src/backend/torch/core.py): a product with
+    # a weight comes out float32 in the trace alone. Eager calls are right.
+    def compute_dtype(tensor):
+      if keras.backend.standardize_dtype(tensor.dtype) != (
+          self.dtype_policy.variable_dtype):
+        return tensor
+      return keras.KerasTensor(tensor.shape, self.compute_dtype,
+                               sparse=tensor.sparse, ragged=tensor.ragged)
+    return keras.tree.map_structure(compute_dtype, spec)
+
+  def _mixed(self):
+    return self.autocast and (self.dtype_policy.compute_dtype !=
+                              self.dtype_policy.variable_dtype)
