@@ -1,9 +1,9 @@
-"""The public layers and the model's training path on Keras' JAX backend
-(issue: the Keras layers on every Keras 3 backend).
+"""The public layers and the model's training path on Keras' JAX and
+PyTorch backends (issue: the Keras layers on every Keras 3 backend).
 
-Each check runs in a fresh interpreter with KERAS_BACKEND=jax (Keras picks
-its backend once, at import). JAX runs here on the CPU; bin/gpu_check.py
-runs the same code on a GPU.
+Each check runs in a fresh interpreter with KERAS_BACKEND set (Keras picks
+its backend once, at import). JAX and PyTorch run here on the CPU;
+bin/gpu_check.py runs the same code on a GPU under JAX.
 """
 
 import gzip
@@ -14,70 +14,85 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tf_transformer.benchmark import device_trace
 from tf_transformer.benchmark import gpu_check
 from tf_transformer.run import run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKENDS = ["jax", "torch"]
 
 
-def _under_jax(*args, timeout=900):
-  env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
-             JAX_PLATFORMS="cpu")
+def _under(backend, *args, timeout=900):
+  env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
   return subprocess.run([sys.executable, *args], capture_output=True,
                         text=True, timeout=timeout, env=env, cwd=REPO)
 
 
-def test_layer_conventions_and_the_readme_classifier_hold_under_jax():
+def _under_jax(*args, timeout=900):
+  return _under("jax", *args, timeout=timeout)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_conventions_and_the_readme_classifier_hold(backend):
   """The generic layer test (config and saving round trips, symbolic =
-  eager, a jax.jit call and a jit-compiled fit step, dtype policies) and
-  the README's classifier (trained, saved, reloaded) pass under JAX."""
-  done = _under_jax("-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "-p", "no:randomly", "tests/test_layer_conventions.py",
-                    "tests/test_keras_reuse.py")
+  eager, a compiled call and fit step, dtype policies) and the README's
+  classifier (trained, saved, reloaded) pass under JAX and PyTorch."""
+  done = _under(backend, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                "-p", "no:randomly", "tests/test_layer_conventions.py",
+                "tests/test_keras_reuse.py")
   summary = done.stdout.strip().splitlines()[-1]
   assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
   assert int(re.search(r"(\d+) passed", summary).group(1)) > 90, summary
   assert not re.search(r"skipped|failed|error", summary), summary
 
 
-def test_the_layers_model_config_and_loss_import_no_tensorflow():
-  """Under JAX, building and training the model imports no TensorFlow."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_layers_model_config_and_loss_import_no_tensorflow(backend):
+  """Under JAX and PyTorch, building the model and training it (the
+  label-smoothed loss, Adam with eq. 3) imports no TensorFlow. (Under
+  PyTorch the step runs eagerly: Keras' `jit_compile` there is
+  `torch.compile`, over a minute to trace this step on a CPU.)"""
   code = """
 import sys
+import keras
 import numpy as np
 import tf_transformer.config, tf_transformer.layers, tf_transformer.model
 from tf_transformer.training import loss, optimizer
 config = tf_transformer.config.get_config("tiny")
 model = tf_transformer.model.build_model(config)
 model.compile(optimizer=optimizer.create_optimizer(config),
-              loss=loss.LabelSmoothedCrossEntropy(), jit_compile=True)
+              loss=loss.LabelSmoothedCrossEntropy(),
+              jit_compile=keras.backend.backend() == "jax")
 ids = np.array([[5, 6, 7, 2]], np.int32)
 print("loss", model.train_on_batch((ids, ids), ids))
 print("tensorflow imported:", "tensorflow" in sys.modules)
 """
-  done = _under_jax("-c", code)
+  done = _under(backend, "-c", code)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "tensorflow imported: False" in done.stdout, done.stdout
   assert np.isfinite(float(re.search(r"loss (\S+)", done.stdout).group(1)))
 
 
-def test_weights_trained_on_tensorflow_give_the_same_logits_under_jax(
+def test_weights_trained_on_tensorflow_give_the_same_logits(
     trained_numbers_run, tmp_path):
   """A .weights.h5 saved from a TensorFlow-trained model loads into a
-  JAX-backend model and gives the same logits within 1e-5 (both on this
-  CPU, float32: only the order of float32 sums differs)."""
+  JAX-backend and a PyTorch-backend model and gives the same logits within
+  1e-5 (all on this CPU, float32: only the order of float32 sums
+  differs)."""
   model, _ = run_dir.load_trained_model(str(trained_numbers_run))
   logits = gpu_check.write_reference(str(tmp_path), model)
   assert np.abs(logits).max() > 5.0  # a trained model, not near-zero logits
   code = ("import json; from tf_transformer.benchmark import gpu_check; "
           f"print(json.dumps(gpu_check.check_logits({str(tmp_path)!r})))")
-  done = _under_jax("-c", code)
-  assert done.returncode == 0, done.stderr[-3000:]
-  check = json.loads(done.stdout.strip().splitlines()[-1])
-  assert check["device"] == "cpu"
-  assert check["max_abs_diff"] <= 1e-5, check
+  for backend in BACKENDS:
+    done = _under(backend, "-c", code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check = json.loads(done.stdout.strip().splitlines()[-1])
+    assert check["device"] == "cpu", (backend, check)
+    assert check["max_abs_diff"] <= 1e-5, (backend, check)
 
 
 def test_gpu_check_runs_on_the_cpu(tmp_path):
@@ -176,6 +191,34 @@ print("gap", float(jnp.max(jnp.abs(jax.grad(ours)(logits)
                                    - jax.grad(textbook)(logits)))))
 """
   done = _under_jax("-c", code)
+  assert done.returncode == 0, done.stderr[-3000:]
+  gap = float(re.search(r"gap (\S+)", done.stdout).group(1))
+  assert gap < 1e-6, gap
+
+
+def test_the_closed_form_loss_gradient_equals_autograd_under_torch():
+  """The same under PyTorch, whose `keras.ops.custom_gradient` is an
+  autograd Function: the hand-written gradient equals torch's autograd of
+  the textbook formula, padding included."""
+  code = """
+import numpy as np, torch
+from tf_transformer.training import loss
+rng = np.random.default_rng(0)
+logits = torch.tensor(rng.normal(size=(2, 5, 11)) * 3, dtype=torch.float32)
+labels = torch.tensor([[4, 7, 2, 0, 0], [5, 6, 9, 10, 3]])
+def textbook(z):
+  log_p = torch.log_softmax(z, -1)
+  target = 0.9 * torch.nn.functional.one_hot(labels, 11) + 0.1 / 11
+  weights = (labels != 0).float()
+  return torch.sum(-torch.sum(target * log_p, -1) * weights) / weights.sum()
+def grad(fn):
+  z = logits.clone().requires_grad_(True)
+  fn(z).backward()
+  return z.grad
+ours = lambda z: loss.label_smoothed_cross_entropy(labels, z, 0.1)
+print("gap", float((grad(ours) - grad(textbook)).abs().max()))
+"""
+  done = _under("torch", "-c", code)
   assert done.returncode == 0, done.stderr[-3000:]
   gap = float(re.search(r"gap (\S+)", done.stdout).group(1))
   assert gap < 1e-6, gap

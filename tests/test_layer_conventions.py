@@ -6,8 +6,10 @@ keras-hub's generic layer test (`TestCase.run_layer_test`) checks its own:
   tensor arguments named as Keras 3 names them, creates the same weights as
   building by a call;
 - a symbolic call (`KerasTensor`s) gives the eager call's shapes and dtypes;
-- a call compiled with XLA (`tf.function(jit_compile=True)`, `jax.jit`)
-  gives the eager outputs, and a `model.fit` step compiled with XLA runs;
+- a call compiled with XLA (`tf.function(jit_compile=True)`, `jax.jit`;
+  under torch, `torch.compile`'s whole-graph capture) gives the eager
+  outputs, and a `model.fit` step compiled with XLA runs (eager under
+  torch, see `FIT_JIT_COMPILE`);
 - under "mixed_float16", "mixed_bfloat16" and "bfloat16" given as the
   layer's own `dtype`, every float output (eager and `compute_output_spec`)
   is in the compute dtype, every weight in the variable dtype, and every
@@ -15,7 +17,7 @@ keras-hub's generic layer test (`TestCase.run_layer_test`) checks its own:
 
 Written here rather than imported so that CI does not install keras-hub and
 its dependencies for one test class. Backend-neutral: `tests/test_backends.py`
-runs this file under JAX too.
+runs this file under JAX and PyTorch too.
 """
 
 import json
@@ -167,7 +169,8 @@ def test_symbolic_call_matches_eager(name):
 
 
 def _compiled_call(layer, inputs):
-  """The layer's call compiled by XLA as its backend does it."""
+  """The layer's call compiled as its backend does it (XLA under
+  TensorFlow and JAX)."""
   backend = keras.backend.backend()
   if backend == "tensorflow":
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -181,7 +184,22 @@ def _compiled_call(layer, inputs):
     values = lambda variables: [v.value for v in variables]
     return jax.jit(stateless)(values(layer.trainable_variables),
                               values(layer.non_trainable_variables), inputs)
-  raise NotImplementedError(f"no XLA call for the {backend} backend")
+  if backend == "torch":
+    import torch  # pylint: disable=g-import-not-at-top
+    # No XLA: torch.compile's graph capture and AOT autograd, as Keras'
+    # `jit_compile` runs them (graph breaks allowed: Keras' `__call__`
+    # has some), short of inductor's C++ code generation.
+    tensors = keras.tree.map_structure(
+        lambda x: x if x is None else keras.ops.convert_to_tensor(x), inputs)
+    return torch.compile(lambda tensors: _call(layer, tensors),
+                         backend="aot_eager")(tensors)
+  raise NotImplementedError(f"no compiled call for the {backend} backend")
+
+
+# Keras' compiled fit under torch is torch.compile with inductor: over a
+# minute of C++ code generation a graph on a CPU, so the torch run fits
+# eagerly here and tests/test_backends.py compiles the model's step once.
+FIT_JIT_COMPILE = keras.backend.backend() != "torch"
 
 
 class LayerModel(keras.Model):
@@ -197,22 +215,25 @@ class LayerModel(keras.Model):
 
 @pytest.mark.parametrize("name", CASES)
 def test_jit_compiled_call_and_fit_step(name):
-  """The call compiled with XLA gives the eager outputs; a layer with
-  weights trains one `model.fit` step compiled with XLA."""
+  """The compiled call gives the eager outputs; a layer with weights
+  trains one `model.fit` step (compiled with XLA but under torch)."""
   cls, kwargs, inputs, _ = CASES[name]
   layer = cls(**kwargs)
   eager = _call(layer, inputs)
   compiled = _compiled_call(layer, inputs)
   keras.tree.map_structure(
-      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+      lambda a, b: np.testing.assert_allclose(
+          keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b),
+          rtol=1e-5, atol=1e-5),
       eager, compiled)
   if not layer.trainable_weights or name in NO_WEIGHTS_IN_CALL:
     return
   model = LayerModel(layer)
-  model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+  model.compile(optimizer="sgd", loss="mse", jit_compile=FIT_JIT_COMPILE)
   before = [w.numpy() for w in layer.trainable_weights]
   # Targets away from the outputs, so that the step has a gradient.
-  targets = keras.tree.map_structure(lambda t: np.asarray(t) + 1.0, eager)
+  targets = keras.tree.map_structure(
+      lambda t: keras.ops.convert_to_numpy(t) + 1.0, eager)
   history = model.fit(inputs, targets, batch_size=BATCH, verbose=0)
   assert np.isfinite(history.history["loss"][0])
   after = [w.numpy() for w in layer.trainable_weights]
