@@ -55,8 +55,10 @@ flags.DEFINE_bool("fused_attention", False, "Attention cores by "
                   "keras.ops.dot_product_attention.")
 flags.DEFINE_string("profile_dir", None, "If given, trace --profile_steps "
                     "steps of each row with jax.profiler into a folder of "
-                    "it per row, and add where the device time went to the "
-                    "figures.")
+                    "it per row, beside the compiled step's HLO "
+                    "(step_hlo.txt.gz), and add where the device time went "
+                    "to the figures, each kernel with its HLO shape and "
+                    "the layer it came from.")
 flags.DEFINE_integer("profile_steps", 5, "Steps traced a row.")
 flags.DEFINE_list("rows", [], "PRESET:POLICY[:LEVER] rows to run instead "
                   "of --presets, --policies and --levers.")

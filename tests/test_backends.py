@@ -76,6 +76,54 @@ print("tensorflow imported:", "tensorflow" in sys.modules)
   assert np.isfinite(float(re.search(r"loss (\S+)", done.stdout).group(1)))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_models_teacher_forcing_path_and_saving(backend):
+  """`Transformer.encode` then `decode` give `call`'s float32 logits;
+  `attention_weights` are distributions (rows sum to 1) with no weight on
+  source padding, and causal in the decoder; a `.keras` file saved and
+  loaded under the backend gives the same logits."""
+  code = """
+import json, os, sys, tempfile
+import keras
+import numpy as np
+from tf_transformer import config as config_lib, model as model_lib
+keras.utils.set_random_seed(0)
+model = model_lib.build_model(config_lib.get_config("tiny"))
+source = np.array([[5, 6, 7, 2], [8, 9, 2, 0]], np.int32)
+target = np.array([[1, 5, 6], [1, 7, 0]], np.int32)
+numpy = keras.ops.convert_to_numpy
+logits = numpy(model((source, target)))
+memory, source_mask = model.encode(source)
+two_steps = numpy(model.decode(target, memory, source_mask))
+weights = model.attention_weights(source, target)
+rows = [numpy(w) for kind in weights.values() for w in kind]
+cross = numpy(weights["encoder_decoder"][0])
+decoder_self = numpy(weights["decoder_self"][0])
+path = os.path.join(tempfile.mkdtemp(), "m.keras")
+model.save(path)
+loaded = keras.models.load_model(path, safe_mode=True)
+print(json.dumps({
+    "dtype": str(logits.dtype), "shape": list(logits.shape),
+    "encode_decode": float(np.abs(two_steps - logits).max()),
+    "row_sums": float(max(np.abs(r.sum(-1) - 1).max() for r in rows)),
+    "on_padding": float(cross[1, :, :, 3].max()),
+    "above_diagonal": float(np.triu(decoder_self, 1).max()),
+    "layers": {k: len(v) for k, v in weights.items()},
+    "loaded": float(np.abs(numpy(loaded((source, target))) - logits).max()),
+}))
+"""
+  done = _under(backend, "-c", code)
+  assert done.returncode == 0, done.stderr[-3000:]
+  check = json.loads(done.stdout.strip().splitlines()[-1])
+  assert check["dtype"] == "float32" and check["shape"] == [2, 3, 1000]
+  assert check["encode_decode"] <= 1e-6, check
+  assert check["row_sums"] <= 1e-5, check
+  assert check["on_padding"] == 0.0 and check["above_diagonal"] == 0.0, check
+  assert check["layers"] == {"encoder_self": 2, "decoder_self": 2,
+                             "encoder_decoder": 2}, check
+  assert check["loaded"] == 0.0, check
+
+
 def test_weights_trained_on_tensorflow_give_the_same_logits(
     trained_numbers_run, tmp_path):
   """A .weights.h5 saved from a TensorFlow-trained model loads into a
@@ -129,6 +177,13 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   assert rows[-1]["cudnn_attention_calls"] == 0  # XLA's on a CPU
   for label in ("tiny_float32", "tiny_float32_fused_attention"):
     assert device_trace.trace_file(str(tmp_path / "traces" / label))
+    with gzip.open(tmp_path / "traces" / label / gpu_check.HLO_FILE,
+                   "rt") as f:
+      instructions = device_trace.hlo_instructions(f.read())
+    # The step's compiled HLO, its ops named after the model's layers.
+    assert len(instructions) > 100
+    assert any("decoder" in i and "self_attention" in i
+               for i in instructions.values())
   assert figures["logits"]["max_abs_diff"] <= 1e-5, figures["logits"]
   table = (output / "gpu_check.md").read_text()
   assert table.count("| tiny |") == 4 and "no_dropout" in table
@@ -151,22 +206,39 @@ def test_a_trace_summary_totals_each_device_thread_per_step(tmp_path):
       meta(2, 8, "thread_name", "XLA Ops"),
       event(1, 5, "PjitFunction(step)", 9000.0),
       event(2, 7, "nvjet_gemm", 3000.0), event(2, 7, "nvjet_gemm", 3000.0),
-      event(2, 7, "loop_add_fusion", 1000.0),
+      event(2, 7, "loop_add_fusion_2", 1000.0),
       event(2, 8, "dot.3", 5000.0)]}
   path = tmp_path / "perfetto_trace.json.gz"
   with gzip.open(path, "wt") as f:
     json.dump(trace, f)
-  summary = device_trace.summarize(str(path), steps=2)
+  # Compiled HLO as XLA prints it: a kernel is named after its fusion
+  # ("." written "_"), an XLA op after its instruction.
+  hlo = "\n".join([
+      "ENTRY %main.9 (p: bf16[4,8]) -> (f32[], bf16[4,8]) {",
+      "  %loop_add_fusion.2 = bf16[4,8]{1,0} fusion(%p, %p), kind=kLoop, "
+      'calls=%fused_add, metadata={op_name="jit(step)/jvp(decoder)/'
+      'layer_0/add" stack_frame_id=3}',
+      "  %dot.3 = (f32[4,8]{1,0}, s8[0]{0}) custom-call(%p, %p), "
+      'custom_call_target="__cublas$gemm", metadata={op_name='
+      '"jit(step)/transpose(jvp(logits))/dot_general"}',
+      "  ROOT %tuple = (f32[], bf16[4,8]{1,0}) tuple(%c, %p)", "}"])
+  summary = device_trace.summarize(str(path), steps=2, hlo_text=hlo)
   threads = summary["threads"]
   assert [t["thread"] for t in threads] == ["Stream #13(Compute)", "XLA Ops"]
   stream = threads[0]
   assert stream["process"] == "/device:GPU:0"
   assert stream["ms_per_step"] == 3.5 and stream["events_per_step"] == 1.5
   assert stream["top"][0] == {"name": "nvjet_gemm", "ms_per_step": 3.0,
-                              "share": 6 / 7, "calls_per_step": 1.0}
+                              "share": 6 / 7, "calls_per_step": 1.0,
+                              "hlo": None}
+  assert stream["top"][1]["hlo"] == (
+      "bf16[4,8] fusion, kLoop <- jvp(decoder)/layer_0/add")
+  assert threads[1]["top"][0]["hlo"] == (
+      "(f32[4,8], s8[0]) custom-call <- transpose(jvp(logits))/dot_general")
   assert device_trace.trace_file(str(tmp_path)) == str(path)
   table = "\n".join(device_trace.markdown("base", summary))
-  assert "| `nvjet_gemm` | 3.000 | 85.7% | 1 |" in table
+  assert "| `nvjet_gemm` | 3.000 | 85.7% | 1 | - |" in table
+  assert "| `loop_add_fusion_2` | 0.500 | 14.3% | 0 | bf16[4,8] fusion" in table
 
 
 def test_the_closed_form_loss_gradient_equals_autodiff_under_jax():

@@ -7,8 +7,8 @@ keras-hub's generic layer test (`TestCase.run_layer_test`) checks its own:
   building by a call;
 - a symbolic call (`KerasTensor`s) gives the eager call's shapes and dtypes;
 - a call compiled with XLA (`tf.function(jit_compile=True)`, `jax.jit`;
-  under torch, `torch.compile`'s whole-graph capture) gives the eager
-  outputs, and a `model.fit` step compiled with XLA runs (eager under
+  under torch, `torch.compile` with its `aot_eager` backend) gives the
+  eager outputs, and a `model.fit` step compiled with XLA runs (eager under
   torch, see `FIT_JIT_COMPILE`);
 - under "mixed_float16", "mixed_bfloat16" and "bfloat16" given as the
   layer's own `dtype`, every float output (eager and `compute_output_spec`)
@@ -196,9 +196,9 @@ def _compiled_call(layer, inputs):
   raise NotImplementedError(f"no compiled call for the {backend} backend")
 
 
-# Keras' compiled fit under torch is torch.compile with inductor: over a
-# minute of C++ code generation a graph on a CPU, so the torch run fits
-# eagerly here and tests/test_backends.py compiles the model's step once.
+# Keras' compiled fit under torch is torch.compile with inductor, over a
+# minute to trace and generate C++ for a step on a CPU: the torch run fits
+# eagerly here (the model's compiled step: docs/model.md, "Backends").
 FIT_JIT_COMPILE = keras.backend.backend() != "torch"
 
 

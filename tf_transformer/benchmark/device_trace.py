@@ -7,7 +7,11 @@ trace (Chrome trace-event JSON, durations in microseconds) and totals the
 complete events of each device thread by name: on a GPU the kernels of
 each stream and, where the profiler records them, the XLA ops and modules
 they belong to. Host threads (`/host:CPU`: Python, the runtime) are left
-out: they overlap the device's work. Nothing here imports TensorFlow.
+out: they overlap the device's work. Given the compiled step's HLO text,
+each name that is an HLO instruction (a fusion's kernel, a cuBLAS call) is
+annotated with its output shape and the op it came from, which names the
+model's layer (Keras' name scopes reach JAX's `op_name` metadata). Nothing
+here imports TensorFlow.
 """
 
 import collections
@@ -15,6 +19,12 @@ import glob
 import gzip
 import json
 import os
+import re
+
+# `%name = shape op(...)` in HLO text; a tuple shape is in parentheses.
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|\S+)\s+([\w\-]+)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
 def trace_steps(step, state, batch, steps, directory):
@@ -45,19 +55,53 @@ def trace_file(directory):
   return max(found, key=os.path.getmtime) if found else None
 
 
-def summarize(path, steps, top=12):
+def _key(name):
+  """A kernel's name as an HLO instruction's: XLA names a fusion's kernel
+  after the instruction, "." and "-" written "_"."""
+  return re.sub(r"[.\-]", "_", name)
+
+
+def hlo_instructions(text):
+  """The instructions of HLO text, by `_key` of their names.
+
+  Args:
+    text: a compiled module's `as_text()`.
+  Returns:
+    {key: "shape opcode[, kind] <- op_name"}, op_name without its
+    "jit(...)/" prefix.
+  """
+  found = {}
+  for line in text.splitlines():
+    match = _INSTRUCTION.match(line)
+    if not match:
+      continue
+    name, shape, opcode = match.groups()
+    shape = re.sub(r"\{[^{}]*\}", "", shape)  # layouts
+    kind = re.search(r"kind=(k\w+)", line)
+    op_name = _OP_NAME.search(line)
+    found[_key(name)] = " ".join(
+        [shape, opcode + (f", {kind.group(1)}" if kind else "")] +
+        ([f"<- {re.sub(r'^jit[(][^)]*[)]/', '', op_name.group(1))}"]
+         if op_name else []))
+  return found
+
+
+def summarize(path, steps, top=12, hlo_text=None):
   """The device time of a trace by thread and event name, per step.
 
   Args:
     path: a Perfetto / Chrome trace-event JSON file, gzipped or not.
     steps: the steps the trace holds (totals are divided by it).
     top: the most names listed a thread.
+    hlo_text: the traced step's compiled HLO, to annotate names with.
   Returns:
     {"steps", "threads": [{"process", "thread", "ms_per_step",
     "events_per_step", "top": [{"name", "ms_per_step", "share",
-    "calls_per_step"}]}]}, threads by time, busiest first; no threads
-    where the trace has no device process (a CPU run).
+    "calls_per_step", "hlo"}]}]}, threads by time, busiest first; "hlo"
+    is the instruction's shape, opcode and op (`hlo_instructions`), or
+    None; no threads where the trace has no device process (a CPU run).
   """
+  instructions = hlo_instructions(hlo_text) if hlo_text else {}
   opener = gzip.open if path.endswith(".gz") else open
   with opener(path, "rt") as f:
     trace = json.load(f)
@@ -90,7 +134,8 @@ def summarize(path, steps, top=12):
         "events_per_step": sum(n for _, n in names.values()) / steps,
         "top": [{"name": name, "ms_per_step": us / 1000 / steps,
                  "share": us / busy if busy else 0.0,
-                 "calls_per_step": n / steps}
+                 "calls_per_step": n / steps,
+                 "hlo": instructions.get(_key(name))}
                 for name, (us, n) in ranked]})
   summary.sort(key=lambda thread: -thread["ms_per_step"])
   return {"steps": steps, "threads": summary}
@@ -106,8 +151,10 @@ def markdown(label, summary, threads=3):
     lines += ["", f"{thread['process']} {thread['thread']}: "
               f"{thread['ms_per_step']:.2f} ms, "
               f"{thread['events_per_step']:.0f} events", "",
-              "| name | ms | share | calls |", "| --- | ---: | ---: | ---: |"]
+              "| name | ms | share | calls | HLO |",
+              "| --- | ---: | ---: | ---: | --- |"]
     lines += [f"| `{t['name'][:80]}` | {t['ms_per_step']:.3f} | "
-              f"{100 * t['share']:.1f}% | {t['calls_per_step']:.0f} |"
+              f"{100 * t['share']:.1f}% | {t['calls_per_step']:.0f} | "
+              f"{(t.get('hlo') or '-')[:160]} |"
               for t in thread["top"]]
   return lines

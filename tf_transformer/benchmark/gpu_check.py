@@ -15,6 +15,7 @@ Nothing here imports TensorFlow: the accelerator machine has none.
 `check_logits` compares against on another backend.
 """
 
+import gzip
 import json
 import math
 import os
@@ -38,6 +39,7 @@ from tf_transformer.training import optimizer as optimizer_lib
 PEAK_TFLOPS = {"H100": {"bfloat16": 989.4, "tf32": 494.7},
                "H200": {"bfloat16": 989.4, "tf32": 494.7}}
 REFERENCE_FILES = ("config.json", "model.weights.h5", "batch.npz")
+HLO_FILE = "step_hlo.txt.gz"  # the compiled step, beside its trace
 
 
 def peak_tflops(device_kind, policy):
@@ -90,7 +92,8 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
       `fused_attention`).
     profile_dir: if given, `profile_steps` more steps are traced there by
       `jax.profiler` after the timed ones, and summarized
-      (`device_trace.summarize`) as the figures' "profile".
+      (`device_trace.summarize`, kernels named by the compiled HLO, also
+      written there as `HLO_FILE`) as the figures' "profile".
     profile_steps: the steps traced.
   Returns:
     A dict of the figures (tokens/s counts source plus target tokens).
@@ -129,10 +132,17 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   profile = None
   if profile_dir:  # after the timing; a failed trace fails only itself
     try:
+      # The executable already compiled (JAX's cache): its HLO names the
+      # trace's kernels.
+      hlo_text = step.lower(state, *batch).compile().as_text()
+      os.makedirs(profile_dir, exist_ok=True)
+      with gzip.open(os.path.join(profile_dir, HLO_FILE), "wt") as f:
+        f.write(hlo_text)
       state = device_trace.trace_steps(step, state, batch, profile_steps,
                                        profile_dir)
       path = device_trace.trace_file(profile_dir)
-      profile = (device_trace.summarize(path, profile_steps) if path else
+      profile = (device_trace.summarize(path, profile_steps,
+                                        hlo_text=hlo_text) if path else
                  {"error": f"no Perfetto trace under {profile_dir}"})
     except Exception as e:  # pylint: disable=broad-except
       profile = {"error": f"{type(e).__name__}: {e}"[:300]}
