@@ -12,7 +12,9 @@ attention softmax (`masks.masked_softmax`), layer normalization (Keras'
 `PolicyLayer` adds what `keras.layers.Layer` leaves out: its
 `compute_output_spec`, called directly rather than through `__call__`,
 traces `call` with the inputs as given, so a float32 spec came back from a
-bfloat16 layer. It casts floating inputs as `__call__` does first.
+bfloat16 layer. It casts floating inputs as `__call__` does first, and
+under PyTorch gives the spec the compute dtype that Keras' meta-device trace
+loses (see `compute_output_spec`).
 """
 
 import keras
@@ -33,13 +35,13 @@ class PolicyLayer(keras.layers.Layer):
     # stand-in keeps the variable dtype, not the autocast one
     # (`Variable.value` in keras/src/backend/torch/core.py): a product with
     # a weight comes out float32 in the trace alone. Eager calls are right.
-    def compute_dtype(tensor):
+    def in_compute_dtype(tensor):
       if keras.backend.standardize_dtype(tensor.dtype) != (
           self.dtype_policy.variable_dtype):
         return tensor
       return keras.KerasTensor(tensor.shape, self.compute_dtype,
                                sparse=tensor.sparse, ragged=tensor.ragged)
-    return keras.tree.map_structure(compute_dtype, spec)
+    return keras.tree.map_structure(in_compute_dtype, spec)
 
   def _mixed(self):
     return self.autocast and (self.dtype_policy.compute_dtype !=
