@@ -125,16 +125,14 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   steps = int(min(max_steps, max(10, seconds / (probe_seconds / 3))))
   total_seconds, loss, state = _timed_steps(step, state, batch, steps)
   step_seconds = total_seconds / steps
-  fused_calls = None
-  if fused_attention:  # whether the backend fused it, or fell back to XLA
-    fused_calls = step.lower(state, *batch).compile().as_text().count(
-        "__cudnn$fmha")
+  # The executable already compiled (JAX's cache): whether the backend
+  # fused attention or fell back to XLA, and the names of a trace's kernels.
+  hlo_text = (step.lower(state, *batch).compile().as_text()
+              if fused_attention or profile_dir else None)
+  fused_calls = hlo_text.count("__cudnn$fmha") if fused_attention else None
   profile = None
   if profile_dir:  # after the timing; a failed trace fails only itself
     try:
-      # The executable already compiled (JAX's cache): its HLO names the
-      # trace's kernels.
-      hlo_text = step.lower(state, *batch).compile().as_text()
       os.makedirs(profile_dir, exist_ok=True)
       with gzip.open(os.path.join(profile_dir, HLO_FILE), "wt") as f:
         f.write(hlo_text)
