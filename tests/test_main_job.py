@@ -92,8 +92,19 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
         f"{best['step']} (dev exact match ")
     assert f"--model_dir={work}/averaged_up_to_best " in export_command
   assert first.chosen.count(" (dev exact match ") == 2 + went_past
-  assert first.chosen.endswith(
-      "; by dev exact match, then the lower dev loss; greedy search")
+  # Why: the average leads, or another leads beyond chance, or within it
+  # (then the average stays: run/choice.py).
+  why = first.chosen.split("; ")[1]
+  assert first.chosen.endswith("; greedy search")
+  if why.startswith("section 6.1's average: "):
+    assert first.chosen.startswith("the average of the last 2 checkpoints")
+    assert " dev exact match is within chance (McNemar's exact test, " \
+        "p = " in why
+  else:
+    assert why == "the highest dev exact match" or (
+        why.startswith("the highest dev exact match, +") and
+        " over the average, beyond chance (McNemar's exact test, p = "
+        in why), first.chosen
   assert f"chose      {first.chosen}" in summary
 
   # Again, as a user reruns it: the finished training and the vocabulary
@@ -199,6 +210,18 @@ def test_a_time_budget_is_checkpointed_by_time():
       100, 0, 333, 100)
 
 
+# Dev translations of 100 sentences: every one right, or the first N wrong.
+DEV_REFERENCES = [f"satz {i}" for i in range(100)]
+
+
+def _dev(exact_match, loss):
+  """Dev scores whose translations get `exact_match` of DEV_REFERENCES."""
+  wrong = round((1 - exact_match) * 100)
+  return {"bleu": 0.0, "exact_match": exact_match, "loss": loss,
+          "references": DEV_REFERENCES,
+          "hypotheses": ["falsch"] * wrong + DEV_REFERENCES[wrong:]}
+
+
 def _choice(tmp_path, monkeypatch, metric, averaged_dev, best_dev,
             up_to_best_dev=None):
   """main_job._choose between an average, a best checkpoint (step 666) and,
@@ -223,45 +246,72 @@ def _choice(tmp_path, monkeypatch, metric, averaged_dev, best_dev,
 def test_the_job_chooses_by_the_tasks_metric(tmp_path, monkeypatch):
   """What the README's numbers job met on one host: by BLEU it exported the
   best checkpoint (0.21 against 0.00), whose exact match was 0.818 against
-  the average's 0.996."""
-  average = {"bleu": 0.0, "exact_match": 0.996, "loss": 1.9}
-  best = {"bleu": 0.21, "exact_match": 0.818, "loss": 2.1}
+  the average's 0.996. By exact match, the average."""
+  average = dict(_dev(0.99, 1.9), bleu=0.0)
+  best = dict(_dev(0.82, 2.1), bleu=0.21)
   assert main_job.TASKS["numbers"].best_metric == "exact_match"
   assert main_job.TASKS["multi30k"].best_metric == "bleu"
   source, line = _choice(tmp_path, monkeypatch, "exact_match", average,
                          best)
   assert source == dict(model_dir=str(tmp_path / "averaged"), checkpoint=None)
   assert line == (
-      "the average of the last 5 checkpoints (dev exact match 0.996, loss "
-      "1.9000), over the best checkpoint, step 666 (dev exact match 0.818, "
-      "loss 2.1000); by dev exact match, then the lower dev loss; greedy "
-      "search")
-  # By BLEU the same scores choose the other way.
+      "the average of the last 5 checkpoints (dev exact match 0.99, loss "
+      "1.9000), over the best checkpoint, step 666 (dev exact match 0.82, "
+      "loss 2.1000); the highest dev exact match; greedy search")
+  # By BLEU, the task's metric for translation, the line names BLEU and
+  # its test (both systems' sacrebleu BLEU is 0 on these one-word
+  # sentences, so the lead in the scores given is no evidence).
   source, line = _choice(tmp_path, monkeypatch, "bleu", average, best)
+  assert source == dict(model_dir=str(tmp_path / "averaged"), checkpoint=None)
+  assert line.endswith(
+      "; section 6.1's average: a lead of +0.21 dev BLEU is within chance "
+      "(paired bootstrap, p = 1); "
+      "greedy search")
+
+
+def test_a_lead_within_chance_keeps_the_average(tmp_path, monkeypatch):
+  """The README's 60-minute job with --seed=1 exported the best checkpoint
+  for 0.1 greedy dev BLEU over the average, which then scored higher on
+  val and test (docs/recipes.md). Two sentences more right (McNemar
+  p = 0.5) keep the average; ten (p = 0.002) do not."""
+  average = _dev(0.90, 2.0)
+  source, line = _choice(tmp_path, monkeypatch, "exact_match", average,
+                         _dev(0.92, 1.9))
+  assert source["model_dir"] == str(tmp_path / "averaged")
+  assert line.endswith(
+      "; section 6.1's average: a lead of +0.02 dev exact match is within "
+      "chance (McNemar's exact test, p = 0.5); greedy search")
+  source, line = _choice(tmp_path, monkeypatch, "exact_match", average,
+                         _dev(1.0, 1.9))
   assert source == dict(model_dir=str(tmp_path / "run"), checkpoint="best")
-  assert line.startswith("the best checkpoint, step 666 (dev BLEU 0.21, ")
+  assert line.startswith("the best checkpoint, step 666 (dev exact match 1,")
+  assert line.endswith("; the highest dev exact match, +0.1 over the "
+                       "average, beyond chance (McNemar's exact test, "
+                       "p = 0.002); greedy search")
 
 
 def test_the_job_can_choose_the_average_up_to_the_best(tmp_path,
                                                       monkeypatch):
   """A run that trained on past its best (a long run on a small corpus)
-  has a third candidate, scored alike; equal scores keep the order average,
-  best, average up to the best."""
-  average = {"bleu": 38.46, "loss": 2.0}
-  best = {"bleu": 38.80, "loss": 1.9}
-  source, line = _choice(tmp_path, monkeypatch, "bleu", average, best,
-                         {"bleu": 39.5, "loss": 1.8})
+  has a third candidate, scored alike; the one with the highest dev metric
+  is tested against the average, equal values keeping the average, then
+  the order best, average up to the best."""
+  average, best = _dev(0.80, 2.0), _dev(0.85, 1.9)
+  source, line = _choice(tmp_path, monkeypatch, "exact_match", average, best,
+                         _dev(0.95, 1.8))
   assert source == dict(model_dir=str(tmp_path / "averaged_up_to_best"),
                         checkpoint=None)
-  assert line == (
-      "the average of the 4 checkpoints up to the best, step 666 (dev BLEU "
-      "39.5, loss 1.8000), over the average of the last 5 checkpoints (dev "
-      "BLEU 38.46, loss 2.0000) and the best checkpoint, step 666 (dev BLEU "
-      "38.8, loss 1.9000); by dev BLEU, then the lower dev loss; greedy "
-      "search")
-  source, _ = _choice(tmp_path, monkeypatch, "bleu", average, best, best)
+  assert line.startswith(
+      "the average of the 4 checkpoints up to the best, step 666 (dev exact "
+      "match 0.95, loss 1.8000), over the average of the last 5 checkpoints "
+      "(dev exact match 0.8, loss 2.0000) and the best checkpoint, step 666 "
+      "(dev exact match 0.85, loss 1.9000); the highest dev exact match, "
+      "+0.15 over the average, beyond chance (McNemar's exact test, p = ")
+  source, _ = _choice(tmp_path, monkeypatch, "exact_match", average,
+                      _dev(0.95, 1.9), _dev(0.95, 1.8))
   assert source == dict(model_dir=str(tmp_path / "run"), checkpoint="best")
-  source, _ = _choice(tmp_path, monkeypatch, "bleu", best, average, best)
+  source, _ = _choice(tmp_path, monkeypatch, "exact_match", best, average,
+                      best)
   assert source["model_dir"] == str(tmp_path / "averaged")
 
 
@@ -304,11 +354,16 @@ def test_the_average_up_to_the_best_only_where_the_run_went_past_it(
     assert up_to_best(step) is None and not calls
 
 
-def test_the_job_breaks_a_tie_by_dev_loss(tmp_path, monkeypatch):
-  tied = {"bleu": 0.0, "exact_match": 0.998}
-  source, _ = _choice(tmp_path, monkeypatch, "exact_match",
-                      dict(tied, loss=1.95), dict(tied, loss=1.90))
-  assert source["checkpoint"] == "best"
-  source, _ = _choice(tmp_path, monkeypatch, "exact_match",
-                      dict(tied, loss=1.90), dict(tied, loss=1.95))
+def test_a_tie_keeps_the_average_and_loss_decides_only_by_loss(
+    tmp_path, monkeypatch):
+  """Equal dev exact match keeps section 6.1's average, whatever the
+  losses; `--best_metric=loss` takes the lowest dev loss."""
+  source, line = _choice(tmp_path, monkeypatch, "exact_match",
+                         _dev(0.98, 1.95), _dev(0.98, 1.90))
   assert source["model_dir"] == str(tmp_path / "averaged")
+  assert line.endswith("; the highest dev exact match; greedy search")
+  source, line = _choice(tmp_path, monkeypatch, "loss", _dev(0.98, 1.95),
+                         _dev(0.90, 1.90))
+  assert source["checkpoint"] == "best"
+  assert line.startswith("the best checkpoint, step 666 (dev loss 1.9, ")
+  assert line.endswith("; the lowest dev loss; greedy search")

@@ -6,11 +6,16 @@ paper-style score (section 6.1's 27.3 was computed on tokenized,
 compound-split text): 13a tokenization, "Haus-Tür" split as
 "Haus ##AT##-##AT## Tür", BLEU over those tokens. It is printed under its
 own name and is never called BLEU.
+
+`paired_p_value` says whether one system's lead over another on the same
+sentences is beyond chance.
 """
 
+import math
 import re
 
 import sacrebleu
+from sacrebleu.significance import PairedTest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
@@ -45,3 +50,48 @@ def score(hypotheses, references, with_paper_bleu=False):
   if with_paper_bleu:
     result["paper_bleu"] = paper_bleu(hypotheses, references)
   return result
+
+
+def paired_p_value(metric, baseline, system, references):
+  """The p-value of `system`'s difference from `baseline` on `metric`, both
+  translating the same sentences: the chance of a difference at least as
+  large between two systems of equal quality.
+
+  BLEU: sacrebleu's paired bootstrap resampling (Koehn, 2004; 1,000
+  resamples, sacrebleu's fixed seed, so the same translations give the same
+  p). Exact match: McNemar's exact test, two-sided, over the sentences that
+  one system gets right and the other wrong.
+
+  Args:
+    metric: "bleu" or "exact_match".
+    baseline: translations, one a sentence.
+    system: translations of the same sentences.
+    references: one a sentence.
+
+  Returns:
+    A p-value in (0, 1]; 1.0 where both score the same (sacrebleu's
+    resampling test, which never calls a zero difference chance, would give
+    its smallest p where no resample differs either).
+  """
+  if metric not in ("bleu", "exact_match"):
+    raise ValueError(f"{metric!r}: a paired test is for 'bleu' or "
+                     "'exact_match'")
+  if not len(baseline) == len(system) == len(references):
+    raise ValueError(f"{len(baseline)} and {len(system)} translations for "
+                     f"{len(references)} references")
+  if metric == "bleu":
+    _, results = PairedTest([("baseline", baseline), ("system", system)],
+                            {"BLEU": sacrebleu.metrics.BLEU()}, [references],
+                            test_type="bs", n_samples=1000)()
+    baseline_result, system_result = results["BLEU"]
+    if system_result.score == baseline_result.score:
+      return 1.0
+    return system_result.p_value
+  only_baseline = sum(b == r != s for b, s, r in
+                      zip(baseline, system, references))
+  only_system = sum(s == r != b for b, s, r in
+                    zip(baseline, system, references))
+  discordant = only_baseline + only_system
+  tail = sum(math.comb(discordant, k)
+             for k in range(min(only_baseline, only_system) + 1))
+  return min(1.0, 2 * tail / 2 ** discordant)

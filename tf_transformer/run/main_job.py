@@ -31,6 +31,7 @@ from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.serving.translator import one_line
+from tf_transformer.run import choice
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.training import best as best_lib
@@ -347,11 +348,9 @@ def _choose(run_dir, averaged_dir, averaged_count, metric, up_to_best=None):
   """({"model_dir", "checkpoint"} to export, a line saying why): the
   average of the last checkpoints, the run's best checkpoint by dev
   (`--checkpoint=best`), or `up_to_best` ((its model directory, how many
-  it averaged), or None), whichever ranks highest on dev by `metric`,
-  equal values by the lower dev loss (`best.rank`), and equal ranks in
-  that order. All are scored now, alike: translated as training
-  translated dev (its search and sentences, from best.json), the loss
-  teacher forced."""
+  it averaged), or None), as `choice.choose` decides by `metric`. All are
+  scored now, alike: translated as training translated dev (its search and
+  sentences, from best.json), the loss teacher forced."""
   best = best_lib.read_best(run_dir)
   average = f"the average of the last {averaged_count} checkpoints"
   averaged = dict(model_dir=averaged_dir, checkpoint=None)
@@ -369,18 +368,17 @@ def _choose(run_dir, averaged_dir, averaged_count, metric, up_to_best=None):
   evaluation = best.get("evaluation", {})
   how = dict(decoding=evaluation.get("decoding", "greedy"),
              max_sentences=evaluation.get("max_sentences", 0))
-  devs = [runner_lib.Runner(source["model_dir"]).dev_scores(
-      source["checkpoint"], **how) for source, _ in candidates]
+  scored = [choice.Candidate(line, source, runner_lib.Runner(
+      source["model_dir"]).dev_scores(source["checkpoint"], **how))
+            for source, line in candidates]
+  chosen, why = choice.choose(scored, metric)
   name = best_lib.METRIC_NAMES[metric]
   key = best_lib.METRICS[metric][0]
-  lines = [f"{line} (dev {name} {dev[key]:.4g}, loss {dev['loss']:.4f})"
-           for (_, line), dev in zip(candidates, devs)]
-  chosen = max(range(len(candidates)),
-               key=lambda i: (best_lib.rank(devs[i], metric), -i))
-  others = " and ".join(line for i, line in enumerate(lines) if i != chosen)
-  return candidates[chosen][0], (
-      f"{lines[chosen]}, over {others}; by dev {name}, then the lower dev "
-      f"loss; {how['decoding']} search")
+  line = lambda c: (f"{c.name} (dev {name} {c.dev[key]:.4g}, loss "
+                    f"{c.dev['loss']:.4f})")
+  others = " and ".join(line(c) for c in scored if c is not chosen)
+  return chosen.source, (f"{line(chosen)}, over {others}; {why}; "
+                         f"{how['decoding']} search")
 
 
 def _given(**arguments):

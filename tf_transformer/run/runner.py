@@ -398,21 +398,23 @@ class Runner:
 
   def dev_scores(self, checkpoint=None, decoding="greedy",
                  max_sentences=0) -> dict:
-    """{"bleu", "exact_match", "loss", "nll"} of `checkpoint` (default: the
-    newest) on the run's dev split, scored as training scores it
-    (`training.evaluator`): translated by `decoding` "greedy" or "beam"
-    (the first `max_sentences` if > 0); the losses teacher forced over every
-    pair."""
+    """{"bleu", "exact_match", "loss", "nll", "hypotheses", "references"}
+    of `checkpoint` (default: the newest) on the run's dev split, scored as
+    training scores it (`training.evaluator`): translated by `decoding`
+    "greedy" or "beam" (the first `max_sentences` if > 0; the translations
+    and their references are returned, for a paired test); the losses
+    teacher forced over every pair."""
     model, vocabulary, options = loading.trained(self.model_dir, checkpoint,
                                                  method=decoding)
     pairs = evaluator.dev_pairs(run_dir.load_spec(self.model_dir))
-    scores = evaluator.translation_scores(
-        evaluator.best_ids_fn(model, options), vocabulary,
-        pairs[:max_sentences] if max_sentences else pairs)[0]
+    pairs_translated = pairs[:max_sentences] if max_sentences else pairs
+    scores, hypotheses = evaluator.translation_scores(
+        evaluator.best_ids_fn(model, options), vocabulary, pairs_translated)
     label_smoothing = run_dir.load_config(
         self.model_dir).training.label_smoothing
     return dict(scores, **evaluator.teacher_forced_losses(
-        model, vocabulary, pairs, label_smoothing))
+        model, vocabulary, pairs, label_smoothing), hypotheses=hypotheses,
+                references=[t for _, t in pairs_translated])
 
 
 def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
