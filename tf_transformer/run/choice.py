@@ -7,10 +7,10 @@ average of the checkpoints up to it, all scored on dev alike. Dev BLEU of
 greedy translations of about a thousand sentences moves by a point or so
 between checkpoints of one quality, so the highest score alone is a noisy
 choice (docs/recipes.md has a best checkpoint that led the average by 0.1
-and scored lower on test). The candidate with the highest
-dev metric replaces the average only where a paired test on the same dev
-sentences (`evaluation.paired_p_value`) puts its lead beyond chance; by
-the `loss` metric the lowest dev loss is taken.
+and scored lower on test). The candidate with the highest dev metric
+replaces the average only where a paired test on the same dev sentences
+(`evaluation.paired_p_value`) puts its lead beyond chance; by the `loss`
+metric the lowest dev loss is taken.
 """
 
 from typing import NamedTuple, Sequence
