@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, run_script
+from tf_transformer import evaluation
 from tf_transformer.run import main_job
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.serving import export as export_lib
@@ -106,6 +107,12 @@ def test_main_job_end_to_end_then_again_by_its_command(tmp_path):
         " over the average, beyond chance (McNemar's exact test, p = "
         in why), first.chosen
   assert f"chose      {first.chosen}" in summary
+  # The dev scores the choice compares carry the translations they score,
+  # for its paired test.
+  dev = runner_lib.Runner(str(work / "run")).dev_scores("best")
+  assert len(dev["hypotheses"]) == len(dev["references"]) > 0
+  assert dev["exact_match"] == evaluation.score(
+      dev["hypotheses"], dev["references"])["exact_match"]
 
   # Again, as a user reruns it: the finished training and the vocabulary
   # are reused, and the next version is exported, in bfloat16 this time.
