@@ -52,6 +52,11 @@ def score(hypotheses, references, with_paper_bleu=False):
   return result
 
 
+# The paired test of each metric that `paired_p_value` takes, by name.
+PAIRED_TESTS = {"bleu": "paired bootstrap",
+                "exact_match": "McNemar's exact test"}
+
+
 def paired_p_value(metric, baseline, system, references):
   """The p-value of `system`'s difference from `baseline` on `metric`, both
   translating the same sentences: the chance of a difference at least as
@@ -63,7 +68,7 @@ def paired_p_value(metric, baseline, system, references):
   one system gets right and the other wrong.
 
   Args:
-    metric: "bleu" or "exact_match".
+    metric: a key of `PAIRED_TESTS`: "bleu" or "exact_match".
     baseline: translations, one a sentence.
     system: translations of the same sentences.
     references: one a sentence.
@@ -73,9 +78,9 @@ def paired_p_value(metric, baseline, system, references):
     resampling test, which never calls a zero difference chance, would give
     its smallest p where no resample differs either).
   """
-  if metric not in ("bleu", "exact_match"):
-    raise ValueError(f"{metric!r}: a paired test is for 'bleu' or "
-                     "'exact_match'")
+  if metric not in PAIRED_TESTS:
+    raise ValueError(f"{metric!r}: a paired test is for "
+                     f"{' or '.join(map(repr, PAIRED_TESTS))}")
   if not len(baseline) == len(system) == len(references):
     raise ValueError(f"{len(baseline)} and {len(system)} translations for "
                      f"{len(references)} references")

@@ -20,7 +20,6 @@ from tf_transformer.training import best as best_lib
 
 # A lead counts where a paired test gives a p-value below this.
 SIGNIFICANCE = 0.05
-TESTS = {"bleu": "paired bootstrap", "exact_match": "McNemar's exact test"}
 
 
 class Candidate(NamedTuple):
@@ -58,7 +57,7 @@ def choose(candidates: Sequence[Candidate], metric: str):
   p = evaluation.paired_p_value(
       metric, average.dev["hypotheses"], leader.dev["hypotheses"],
       average.dev["references"])
-  test = f"{TESTS[metric]}, p = {p:.2g}"
+  test = f"{evaluation.PAIRED_TESTS[metric]}, p = {p:.2g}"
   if p < SIGNIFICANCE:
     return leader, (f"{highest}, {lead:+.4g} over the average, beyond "
                     f"chance ({test})")
