@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer import get_config
+from tf_transformer.data import pipeline_options
 from tf_transformer.data import prepare
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.special_ids import BOS_ID, EOS_ID
@@ -51,7 +52,8 @@ def global_batch(rows=8, length=8, seed=0, vocab=300):
 def distribute(strategy, batch):
   """The global batch split evenly over the strategy's replicas."""
   return next(iter(strategy.experimental_distribute_dataset(
-      tf.data.Dataset.from_tensors(batch))))
+      pipeline_options.without_autotuning(
+          tf.data.Dataset.from_tensors(batch)))))
 
 
 def copy_weights(source, target):
@@ -95,9 +97,10 @@ def copy_task(examples=256, length=6, vocab=20, seed=0):
   source = rng.integers(4, vocab, size=(examples, length)).astype(np.int32)
   target_in = np.concatenate([np.full((examples, 1), BOS_ID), source], 1)
   target_out = np.concatenate([source, np.full((examples, 1), EOS_ID)], 1)
-  return tf.data.Dataset.from_tensor_slices(
-      ((source, target_in.astype(np.int32)),
-       target_out.astype(np.int32))).batch(32)
+  return pipeline_options.without_autotuning(
+      tf.data.Dataset.from_tensor_slices(
+          ((source, target_in.astype(np.int32)),
+           target_out.astype(np.int32))).batch(32))
 
 
 def beam_search(model, sources, beam_size=4, alpha=0.6, max_length_offset=50,

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer import special_ids
+from tf_transformer.data import pipeline_options
 from tf_transformer.data import sequences
 from tf_transformer.data.errors import DataError
 
@@ -93,8 +94,9 @@ def token_batches(token_pairs: tf.data.Dataset, batch_tokens: int,
       padded_shapes=([None], [None], [None]),
       padding_values=(special_ids.PAD_ID,) * 3,
       pad_to_bucket_boundary=True)
-  return dataset.map(lambda s, ti, to: ((s, ti), to)).prefetch(
-      tf.data.AUTOTUNE)
+  return pipeline_options.without_autotuning(
+      dataset.map(lambda s, ti, to: ((s, ti), to)).prefetch(
+          tf.data.AUTOTUNE))
 
 
 def distributed_dataset_fn(token_pairs: Callable[[], tf.data.Dataset],
@@ -117,8 +119,9 @@ def length_statistics(token_pairs: tf.data.Dataset, max_length: int,
   """Pairs, tokens, length percentiles, and pairs over `max_length`;
   `progress` (a `progress.Progress`) is told of each 4,096 pairs read."""
   source, target = [], []
-  for s, t in token_pairs.map(lambda s, t: (tf.shape(s)[0],
-                                            tf.shape(t)[0])).batch(4096):
+  lengths = token_pairs.map(lambda s, t: (tf.shape(s)[0],
+                                         tf.shape(t)[0])).batch(4096)
+  for s, t in pipeline_options.without_autotuning(lengths):
     source.append(s.numpy())
     target.append(t.numpy())
     if progress:

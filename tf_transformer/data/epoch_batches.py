@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.data import batching
+from tf_transformer.data import pipeline_options
 from tf_transformer.data.errors import DataError
 from tf_transformer.special_ids import BOS_ID, EOS_ID
 
@@ -180,9 +181,10 @@ def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
     return ((source, target_in), target_out), (epoch, index)
 
   start = start_epoch * per_epoch + start_batch
-  return tf.data.Dataset.range(start, 2**62).map(
-      load, num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True).prefetch(tf.data.AUTOTUNE)
+  return pipeline_options.without_autotuning(
+      tf.data.Dataset.range(start, 2**62).map(
+          load, num_parallel_calls=tf.data.AUTOTUNE,
+          deterministic=True).prefetch(tf.data.AUTOTUNE))
 
 
 def _padded(flat, offsets, pairs, width, first=None, last=None):

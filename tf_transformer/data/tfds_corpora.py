@@ -9,6 +9,7 @@ without it.
 
 from typing import Iterator, Optional
 
+from tf_transformer.data import pipeline_options
 from tf_transformer.data.corpora import Pair, ReadStats, keep_pair
 from tf_transformer.data.errors import DataError
 
@@ -58,7 +59,8 @@ def read_tfds(name: str, split: str, source_language: str,
     raise DataError(f"{name}: could not load split {split!r} "
                     f"({type(e).__name__}: {e}). "
                     + OFFLINE_HELP.format(name=name)) from None
-  for example in dataset.as_numpy_iterator():
+  for example in pipeline_options.without_autotuning(
+      dataset).as_numpy_iterator():
     source = example[source_language].decode("utf-8")
     target = example[target_language].decode("utf-8")
     if keep_pair(source, target, stats):

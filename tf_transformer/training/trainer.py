@@ -35,6 +35,7 @@ from absl import logging
 from tf_transformer.data import batching
 from tf_transformer.data import epoch_batches
 from tf_transformer.data import errors
+from tf_transformer.data import pipeline_options
 from tf_transformer.data import sources
 from tf_transformer.data import token_store
 from tf_transformer.decoding.search import DecodingOptions
@@ -370,7 +371,8 @@ class Trainer:
     summed loss: a probe's or a benchmark's step, without the input
     pipeline."""
     distributed = next(iter(self.strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensors(batch))))
+        pipeline_options.without_autotuning(
+            tf.data.Dataset.from_tensors(batch)))))
     step = self.compiled(self._train_step)
     return lambda: float(step(distributed)[0])
 
