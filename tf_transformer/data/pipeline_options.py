@@ -55,14 +55,14 @@ def _per_device_pipelines_without_autotuning() -> bool:
   where this TensorFlow has no such function (then a freed distributed
   iterator may wait as the module's docstring says, and nothing else
   changes)."""
+  if per_device_pipelines_without_autotuning():
+    return True
   create = getattr(multi_device_iterator_ops, "_create_device_dataset", None)
   if create is None:
     logging.warning("tf.data's per-device pipelines keep autotuning: this "
                     "TensorFlow has no multi_device_iterator_ops."
                     "_create_device_dataset")
     return False
-  if getattr(create, "without_autotuning", False):
-    return True
 
   @functools.wraps(create)
   def create_without_autotuning(*args, **kwargs):
