@@ -104,13 +104,8 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
                              element_shape=source_ids.shape[:1])
     write = lambda outputs, step, chosen: outputs.write(step, chosen)
     result = lambda outputs, step: tf.transpose(outputs.stack()[:step])
-  token = tf.fill([batch, 1], BOS_ID)
-  finished = tf.zeros([batch], tf.bool)
-  scores = tf.zeros([batch], tf.float32)
-  step = tf.constant(0)
-  while step < max_length and not tf.reduce_all(finished):
-    tf.autograph.experimental.set_loop_options(
-        shape_invariants=[(cache, cache_lib.loop_shapes(cache))])
+
+  def body(step, token, cache, finished, scores, outputs):
     logits, cache = decoder(token, step, cache, source_mask, weights)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, prefix)
@@ -125,6 +120,20 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
     chosen = tf.where(finished, PAD_ID, chosen)
     outputs = write(outputs, step, chosen)
     finished = finished | tf.equal(chosen, EOS_ID) | (step + 1 >= limits)
-    token = chosen[:, tf.newaxis]
-    step += 1
+    return step + 1, chosen[:, tf.newaxis], cache, finished, scores, outputs
+
+  def not_done(step, token, cache, finished, scores, outputs):
+    del token, cache, scores, outputs
+    return (step < max_length) & ~tf.reduce_all(finished)
+
+  loop_vars = (tf.constant(0), tf.fill([batch, 1], BOS_ID), cache,
+               tf.zeros([batch], tf.bool), tf.zeros([batch], tf.float32),
+               outputs)
+  # A tf.while_loop, as beam search's (the package traces without
+  # AutoGraph). The cache's buffers grow by blocks (cache.loop_shapes); the
+  # rest keep their shapes.
+  step, _, _, _, scores, outputs = tf.while_loop(
+      not_done, body, loop_vars,
+      shape_invariants=(None, None, cache_lib.loop_shapes(cache), None, None,
+                        None))
   return result(outputs, step), scores
