@@ -36,7 +36,8 @@ def batched(translate, setting):
   if not setting.batch_threads:
     return translate
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
   def call(text):
     @tf.nondifferentiable_batch_function(
         setting.batch_threads, setting.max_batch_size, setting.timeout_us,

@@ -200,7 +200,8 @@ def _compiled_search(model, options, step_weights, with_prefix):
       return _search(model, source_ids, options,
                      prefix_lib.Prefix(*prefix) if prefix else None,
                      step_weights, max_length)
-    found = (model, step_weights, tf.function(search, jit_compile=True))
+    found = (model, step_weights,
+             tf.function(search, jit_compile=True, autograph=False))
     _COMPILED[key] = found
     while len(_COMPILED) > _COMPILED_KEPT:
       _COMPILED.popitem(last=False)

@@ -30,4 +30,4 @@ def xla(fn):
 @functools.cache
 def _tf_xla(fn):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.function(fn, jit_compile=True)
+  return tf.function(fn, jit_compile=True, autograph=False)

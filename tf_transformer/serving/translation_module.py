@@ -134,7 +134,7 @@ class TranslationModule(tf.Module):
         *[tf.Variable(x, trainable=False) for x in shortlist])
     # One function that every signature calls (saved once, not inlined in
     # each).
-    self._search = tf.function(self._decode)
+    self._search = tf.function(self._decode, autograph=False)
 
   def _decode(self, source_ids, prefix=None):
     """`search.decode` with this module's options and stored weights: every
@@ -196,7 +196,8 @@ class TranslationModule(tf.Module):
   def _pieces(self, ids):
     return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
   def serve(self, text):
     """The default signature.
 
@@ -209,7 +210,8 @@ class TranslationModule(tf.Module):
     texts, scores = self._nbest(_checked(text))
     return {"translation": texts[:, 0], "score": scores[:, 0]}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
   def nbest(self, text):
     """Args:
       text: [batch] strings.
@@ -220,7 +222,8 @@ class TranslationModule(tf.Module):
     texts, scores = self._nbest(_checked(text))
     return {"translations": texts, "scores": scores}
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
+               autograph=False)
   def translate_ids(self, source_ids):
     """Args:
       source_ids: [batch, length] int32 as `source_ids` makes them.
@@ -230,7 +233,8 @@ class TranslationModule(tf.Module):
     ids, scores = self._search(_checked(source_ids))
     return {"target_ids": ids[:, 0], "score": scores[:, 0]}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
   def attention(self, text):
     """The best translation and every attention distribution behind it.
 
@@ -242,7 +246,8 @@ class TranslationModule(tf.Module):
     """
     return self._attention(_checked(text))
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2,
+               autograph=False)
   def translate_with_prefix(self, text, prefix):
     """Translations that start with given target text (autocompletion).
 
@@ -266,7 +271,8 @@ class TranslationModule(tf.Module):
         text, search, (tf.zeros([0], tf.string), tf.zeros([0])))
     return {"translation": translation, "score": score}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2,
+               autograph=False)
   def score(self, source, target):
     """Forced decoding: how likely the model finds each target. Over the
     full vocabulary.
@@ -285,7 +291,8 @@ class TranslationModule(tf.Module):
         self.model, self.tokenizer, source, target, self.max_input_tokens,
         self.max_output_tokens, self.target_tokenizer), empty)
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
   def source_ids(self, text):
     """The encoder input the signatures make of `text`
     (`data/sequences.source_ids`: subwords cut to `max_input_tokens`, then
@@ -293,7 +300,8 @@ class TranslationModule(tf.Module):
     export but not a serving signature."""
     return {"source_ids": self._encode(_checked(text))}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
   def count_input_tokens(self, text):
     """Each text's subwords before the cut to `max_input_tokens`, and that
     limit: what a client needs to warn about cut inputs. Saved with the

@@ -36,7 +36,8 @@ def dev_pairs(spec, max_sentences=0):
 def best_ids_fn(model, decoding):
   """source_ids -> the best hypothesis' ids, one trace for every shape."""
   return tf.function(lambda ids: decode(model, ids, decoding)[0][:, 0],
-                     input_signature=[tf.TensorSpec([None, None], tf.int32)])
+                     input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                     autograph=False)
 
 
 def translation_scores(decode_fn, vocabulary, pairs, batch_tokens=4096):

@@ -183,7 +183,8 @@ class Trainer:
     floats = [v for v in self.model.weights + self.optimizer.variables
               if tf.as_dtype(v.dtype).is_floating]
     self._all_finite = tf.function(lambda: tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(v)) for v in floats]))
+        [tf.reduce_all(tf.math.is_finite(v)) for v in floats]),
+        autograph=False)
 
   @property
   def step(self) -> int:
@@ -310,7 +311,8 @@ class Trainer:
       return replica_step
     name = replica_step.__name__
     if name not in self._functions:
-      self._functions[name] = tf.function(replica_step, jit_compile=True)
+      self._functions[name] = tf.function(replica_step, jit_compile=True,
+                                          autograph=False)
     return self._functions[name]
 
   def _sum(self, values):
@@ -361,7 +363,7 @@ class Trainer:
       signature = ([iterator.element_spec[0]]
                    if takes_batch and iterator is not None else None)
       function = tf.function(step, input_signature=signature,
-                             reduce_retracing=True)
+                             reduce_retracing=True, autograph=False)
       self._functions[step.__name__] = function
     return function
 
