@@ -1,7 +1,7 @@
 """Every `tf.function` the package makes traces without AutoGraph: the
 graph code writes its loops and branches as `tf.while_loop` and `tf.cond`,
 so AutoGraph's rewrite of the Python source (about a third of an export's
-tracing, docs/design.md) buys nothing. Read from the source; the greedy and
+time, docs/performance.md) buys nothing. Read from the source; the greedy and
 sampling exports and the dev evaluation (tests/test_export.py,
 tests/test_training.py) fail where graph code still leans on AutoGraph."""
 
