@@ -377,6 +377,22 @@ def test_bfloat16_export_keeps_half_the_bytes(exported, exported_bfloat16):
         "translation": tf.string, "score": tf.float32}
 
 
+@pytest.mark.parametrize("dtype", EXPORTS)
+def test_the_embedding_table_is_stored_once(request, model_dir, dtype):
+  """The decoding step reads the model's own embedding table (scaling the
+  rows it reads), so an export holds one [vocab, d_model] matrix, the
+  model's shared embeddings (3.4), beside the step's [d_model, vocab]
+  projection."""
+  config, _ = run_dir.load(str(model_dir))
+  vocab, d_model = config.model.vocab_size, config.model.d_model
+  prefix = os.path.join(str(EXPORTS[dtype](request)), "variables",
+                        "variables")
+  shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+  tables = [name for name, shape in shapes.items() if shape == [vocab, d_model]]
+  assert len(tables) == 1, tables
+  assert [shape for shape in shapes.values() if shape == [d_model, vocab]]
+
+
 def test_bfloat16_export_warns_only_where_the_cpu_lacks_bfloat16(
     exported_bfloat16, tmp_path):
   warning = export_lib.bfloat16_warning()

@@ -51,6 +51,7 @@ class Shape(typing.NamedTuple):
   activation: str = "relu"  # the feed-forward's (config.ACTIVATIONS)
   zero_start: bool = False  # position 0 embeds a zero vector, not BOS
   positional_encoding: str = "sinusoidal"  # (config.POSITIONAL_ENCODINGS)
+  embedding_scale: float = 1.0  # the target embeddings' multiplier (3.4)
 
 
 def shape_of(named, static=False) -> Shape:
@@ -68,7 +69,8 @@ def shape_of(named, static=False) -> Shape:
                attention.value.kernel.shape[-1] // heads,
                named.norm_position, named.epsilon,
                named.decoder.final_norm is not None, static, named.activation,
-               named.decoder_start == "zero", named.positional_encoding)
+               named.decoder_start == "zero", named.positional_encoding,
+               named.embedding_scale)
 
 
 def _sublayer(x, shape, gamma, fn):
@@ -206,8 +208,11 @@ def decoder_step(weights, shape, ids, step, cache, source_mask):
     group = cache_lib.group_size(cache["layer_0"])
     # (Reshapes and broadcasting, not slices: no kernel of their own.)
     x = tf.gather(weights.embeddings, tf.reshape(ids, [-1]))
-    if shape.zero_start:  # (ModelConfig.decoder_start)
-      x *= tf.cast(step > 0, x.dtype)
+    scale = tf.constant(shape.embedding_scale, x.dtype)
+    if shape.zero_start:  # (ModelConfig.decoder_start), one kernel for both
+      x *= tf.where(step > 0, scale, tf.zeros([], x.dtype))
+    elif shape.embedding_scale != 1.0:
+      x *= scale
     x += tf.gather(weights.positions, step)
     ancestors, plan = cache_lib.plan_step(cache["ancestors"], step, group,
                                           shape.num_heads, shape.static)
@@ -233,12 +238,11 @@ def read(decoder, stored, max_positions):
     stored: the weights an export keeps as variables, or None.
     max_positions: outputs of up to this many positions (when None).
   Returns:
-    `stored` as tensors, else `decoder.prepare(max_positions)`.
+    `stored`, else `decoder.prepare(max_positions)`, as tensors.
   """
-  if stored is None:
-    return decoder.prepare(max_positions)
+  weights = decoder.prepare(max_positions) if stored is None else stored
   return tf.nest.map_structure(
-      lambda w: w if w is None else tf.convert_to_tensor(w), stored)
+      lambda w: w if w is None else tf.convert_to_tensor(w), weights)
 
 
 class Step:

@@ -5,7 +5,9 @@ per search or export from the model's named weights
 - Q, K and V of the self-attention are one kernel, with 1 / sqrt(d_k)
   (eq. 1) folded into W^Q (exact when d_k is a power of 4, as 64 is), as
   is the encoder-decoder attention's W^Q;
-- the target embeddings are multiplied by their scale (3.4) and the
+- the target embeddings are the model's own table, unscaled (the step
+  scales the rows it reads, 3.4), and, where it holds the compute dtype,
+  the model's variable itself, so that an export stores it once; the
   positional encodings are a table read by row (3.5);
 - layer normalization (Ba et al., 2016: gamma * (x - mean) / sqrt(variance
   + epsilon) + beta, in float32) leaves its beta to the affine maps that
@@ -62,7 +64,9 @@ class StepLayer(typing.NamedTuple):
 
 class StepWeights(typing.NamedTuple):
   """Everything a decoding step multiplies by."""
-  embeddings: tf.Tensor  # target embeddings times their scale (3.4)
+  embeddings: tf.Tensor  # the target embeddings, unscaled (the step scales
+  # the rows it reads by `Shape.embedding_scale`, 3.4): the model's variable
+  # where it holds the compute dtype
   positions: tf.Tensor  # [max_positions, d_model] (3.5)
   layers: tuple
   output_kernel: tf.Tensor  # [d_model, vocab]: the pre-softmax transform,
@@ -102,6 +106,14 @@ class _Affine(typing.NamedTuple):
 
 def _f32(x):
   return tf.cast(x, tf.float32)
+
+
+def _shared(variable, dtype):
+  """`variable` itself where it holds `dtype` (an export then stores it
+  once, with the model's variables), else its values cast to `dtype`."""
+  if tf.as_dtype(variable.dtype) == tf.as_dtype(dtype):
+    return variable
+  return tf.cast(variable, dtype)
 
 
 def _affine(*affines, scale=1.0):
@@ -177,14 +189,13 @@ def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
     max_positions: outputs of up to this many positions (a learned table
       keeps its own length).
   Returns:
-    `StepWeights`.
+    `StepWeights`: tensors, and the model's variables where a weight is
+    one as it stands (`step.read` makes tensors of them).
   """
-  table = tf.cast(model.target_embedding, dtype)
-  if model.embedding_scale != 1.0:
-    table = table * model.embedding_scale
+  table = _shared(model.target_embedding, dtype)
   d_model = table.shape[-1]
   if model.target_positions is not None:
-    positions = tf.cast(model.target_positions, dtype)
+    positions = _shared(model.target_positions, dtype)
   else:
     positions = sinusoid_table(
         tf.range(max_positions), d_model, dtype,

@@ -56,6 +56,7 @@ normalized over it; `score` stays over the whole vocabulary.
 
 import dataclasses
 
+import keras
 import tensorflow as tf
 
 from tf_transformer.data import sequences
@@ -127,9 +128,11 @@ class TranslationModule(tf.Module):
       weights = step_weights_lib.without_encoder(weights)
     if shortlist is not None:
       weights = shortlist_lib.with_output_rows(weights)
+    # (The model's own variables among them, its target embeddings, are
+    # kept as they are: the export stores them once.)
     self.step_weights = tf.nest.map_structure(
-        lambda w: None if w is None else tf.Variable(w, trainable=False),
-        weights)
+        lambda w: w if w is None or isinstance(w, keras.Variable)
+        else tf.Variable(w, trainable=False), weights)
     self.shortlist = shortlist and shortlist_lib.Shortlist(
         *[tf.Variable(x, trainable=False) for x in shortlist])
     # One function that every signature calls (saved once, not inlined in
