@@ -4,6 +4,7 @@ tf.data's wrapped traceback or SentencePiece's error with a --vocab_size
 hint; the scripts print it as one line and exit with status 2, with nothing
 of TensorFlow's start-up around it."""
 
+import gzip
 import os
 import subprocess
 import sys
@@ -144,3 +145,22 @@ def test_start_up_lines_are_filtered_by_severity():
       "E0000 00:00:17.9 1 cuda_platform.cc:52] failed call to cuInit\n"
       "  its continuation\n")
   assert _at_least(text, 0) == text.replace(text.splitlines(True)[1], "")
+
+
+def test_gzipped_files_read_as_plain_ones_and_a_cut_one_is_named(tmp_path):
+  """Corpora ship gzipped (Multi30k's raw files, WMT's): every reader takes
+  them as they are, told by their first bytes, whatever their name."""
+  plain = [tmp_path / "plain.src", tmp_path / "plain.tgt"]
+  zipped = [tmp_path / "zipped.src.gz", tmp_path / "zipped.tgt"]
+  for path, text in zip(plain, (GOOD_SOURCE, GOOD_TARGET)):
+    path.write_text(text, encoding="utf-8")
+  for path, text in zip(zipped, (GOOD_SOURCE, GOOD_TARGET)):
+    path.write_bytes(gzip.compress(text.encode()))
+  assert corpora.read_lines(str(zipped[1])) == GOOD_TARGET.splitlines()
+  assert list(corpora.read_local(*map(str, zipped))) == list(
+      corpora.read_local(*map(str, plain)))
+  cut = tmp_path / "cut.gz"
+  cut.write_bytes(gzip.compress(GOOD_SOURCE.encode())[:-12])
+  with pytest.raises(DataError, match=r"cut\.gz:\d+: the gzip data is cut "
+                     r"short or damaged"):
+    corpora.read_lines(str(cut))

@@ -2,7 +2,7 @@
 
 Three kinds of source, all yielding Python `str` pairs:
 - local text: a source file and a target file, one sentence per line, or one
-  TSV file of `source<TAB>target` lines;
+  TSV file of `source<TAB>target` lines, each gzipped or not;
 - any TFDS translation dataset, in either direction;
 - `numbers`, the embedded generated task (see `numbers.py`).
 
@@ -14,12 +14,16 @@ behaviour (pairs with an empty side are skipped and counted in `stats`).
 
 import collections
 import dataclasses
+import gzip
 import os
+import zlib
 from typing import Iterator, Optional
 
 from tf_transformer.data.errors import DataError
 
 Pair = tuple  # (source: str, target: str)
+
+GZIP_MAGIC = b"\x1f\x8b"  # RFC 1952's first two bytes
 
 
 @dataclasses.dataclass
@@ -31,22 +35,32 @@ class ReadStats:
 
 
 def _open_lines(path: str) -> Iterator[tuple]:
-  """(line_number, text) for each line of a UTF-8 file, newline stripped;
-  a byte-order mark opening the file is not part of line 1."""
+  """(line_number, text) for each line of a UTF-8 file, gzipped or not (as
+  corpora ship, Multi30k's and WMT's; told by the file's first bytes),
+  newline stripped; a byte-order mark opening the file is not part of line
+  1."""
   if not os.path.exists(path):
     raise DataError(f"{path}: no such file; check the path")
   if os.path.isdir(path):
     raise DataError(f"{path}: is a directory; give a text file, one "
                     "sentence a line")
   with open(path, "rb") as f:
-    for number, raw in enumerate(f, 1):
-      try:
-        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-      except UnicodeDecodeError as e:
-        raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte "
-                        f"{e.start}); convert the file to UTF-8 (e.g. iconv) "
-                        "or remove the line") from None
-      yield number, line.rstrip("\r\n")
+    gzipped = f.read(2) == GZIP_MAGIC
+  number = 0
+  try:
+    with (gzip.open if gzipped else open)(path, "rb") as f:
+      for number, raw in enumerate(f, 1):
+        try:
+          line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+          raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at "
+                          f"byte {e.start}); convert the file to UTF-8 (e.g. "
+                          "iconv) or remove the line") from None
+        yield number, line.rstrip("\r\n")
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise DataError(f"{path}:{number + 1}: the gzip data is cut short or "
+                    f"damaged ({e}); download or compress the file again"
+                    ) from None
 
 
 def read_lines(path: str) -> list:
