@@ -26,8 +26,10 @@ import sys
 from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer.benchmark import serving_speed
 from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.errors import DataError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("exports", None, "NAME=PATH of each SavedModel version "
@@ -73,7 +75,11 @@ def _row(name, figures, first):
 def main(argv):
   del argv
   exports = _exports()
-  sentences = read_lines(FLAGS.source)[:FLAGS.sentences]
+  try:
+    sentences = read_lines(FLAGS.source)[:FLAGS.sentences]
+  except DataError as e:
+    print(f"compare_exports: error: {e}", file=sys.stderr)
+    return 2
   passes = {name: [] for name in exports}
   for round_index in range(FLAGS.rounds):
     # In turns both ways (ABBA...), so that drift within a round does not
@@ -120,4 +126,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

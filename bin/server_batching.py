@@ -11,10 +11,14 @@ Prints per round and setting: sentences/s, p50 and p99 latency, this
 process's CPU-seconds, and the lines equal to the unbatched ones.
 """
 
+import sys
+
 from absl import app
 from absl import flags
 
+from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.errors import DataError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "A SavedModel version directory.")
@@ -55,7 +59,11 @@ def main(argv):
   from tf_transformer.benchmark import server_batching  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_threads)
   tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_threads)
-  sentences = read_lines(FLAGS.source)[:FLAGS.sentences]
+  try:
+    sentences = read_lines(FLAGS.source)[:FLAGS.sentences]
+  except DataError as e:
+    print(f"server_batching: error: {e}", file=sys.stderr)
+    return 2
   root = tf.saved_model.load(FLAGS.model)  # kept: the signature needs it
   serve = root.signatures["serving_default"]
   rows = server_batching.compare(
@@ -73,4 +81,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main)

@@ -6,6 +6,7 @@ of TensorFlow's start-up around it."""
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 
@@ -164,3 +165,31 @@ def test_gzipped_files_read_as_plain_ones_and_a_cut_one_is_named(tmp_path):
   with pytest.raises(DataError, match=r"cut\.gz:\d+: the gzip data is cut "
                      r"short or damaged"):
     corpora.read_lines(str(cut))
+
+
+@pytest.mark.parametrize("script", ["compare_exports.py",
+                                    "server_batching.py"])
+def test_benchmark_tools_name_a_bad_source_in_one_line(tmp_path, script):
+  """The benchmark tools that read --source start quiet and answer a file
+  they cannot read (here gzip data cut short) with the reader's line and
+  status 2, before any export is loaded."""
+  export = tmp_path / "export"
+  export.mkdir()
+  (export / "saved_model.pb").write_bytes(b"")  # never loaded
+  source = tmp_path / "source.gz"
+  source.write_bytes(gzip.compress(GOOD_SOURCE.encode())[:-12])
+  model = (f"--exports=a={export}" if script == "compare_exports.py"
+           else f"--model={export}")
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, "bin", script), model,
+       f"--source={source}"], capture_output=True, text=True, env=env,
+      timeout=300)
+  assert result.returncode == 2, result.stderr[-3000:]
+  name = script.replace(".py", "")
+  lines = result.stderr.splitlines()
+  assert len(lines) == 1, result.stderr
+  assert re.fullmatch(
+      rf"{name}: error: {re.escape(str(source))}:\d+: the gzip data is cut "
+      r"short or damaged \(.+\); download or compress the file again",
+      lines[0]), lines[0]
