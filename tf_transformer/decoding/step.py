@@ -208,11 +208,12 @@ def decoder_step(weights, shape, ids, step, cache, source_mask):
     group = cache_lib.group_size(cache["layer_0"])
     # (Reshapes and broadcasting, not slices: no kernel of their own.)
     x = tf.gather(weights.embeddings, tf.reshape(ids, [-1]))
-    scale = tf.constant(shape.embedding_scale, x.dtype)
+    scale = shape.embedding_scale  # (3.4)
     if shape.zero_start:  # (ModelConfig.decoder_start), one kernel for both
-      x *= tf.where(step > 0, scale, tf.zeros([], x.dtype))
-    elif shape.embedding_scale != 1.0:
-      x *= scale
+      x *= tf.where(step > 0, tf.constant(scale, x.dtype),
+                    tf.zeros([], x.dtype))
+    elif scale != 1.0:
+      x *= tf.constant(scale, x.dtype)
     x += tf.gather(weights.positions, step)
     ancestors, plan = cache_lib.plan_step(cache["ancestors"], step, group,
                                           shape.num_heads, shape.static)
