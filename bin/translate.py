@@ -10,6 +10,11 @@ empty line for none), each translation starts with its prefix and the same
 search completes it:
 
   bin/translate.py --model=saved_models/numbers/1 --input=src.txt --target_prefix=prefixes.txt
+
+With --alignment, each line is `TRANSLATION ||| 0-0 1-2 ...`: pairs of
+source and translation words (from 0, split at whitespace) that the
+decoder's attention aligns, as Marian's --alignment prints them
+(docs/decoding.md#word-alignments).
 """
 
 import sys
@@ -20,6 +25,7 @@ from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
+from tf_transformer.serving.translator import aligned_lines
 from tf_transformer.serving.translator import output_lines
 from tf_transformer.progress import Progress
 
@@ -34,6 +40,24 @@ flags.DEFINE_string("target_prefix", None, "A file of target prefixes, "
                     "the search completes it (autocompletion, post-editing).")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
+flags.DEFINE_bool("alignment", False, "Append ' ||| ' and the word "
+                  "alignment to each translation: source-target word pairs "
+                  "(from 0) as '0-0 1-2', from the encoder-decoder "
+                  "attention (SavedModel exports and runs).")
+flags.DEFINE_integer("alignment_layer", None, "--alignment: the decoder "
+                     "layer (from 1) whose attention, averaged over its "
+                     "heads, aligns (default: the penultimate).",
+                     lower_bound=1)
+flags.register_multi_flags_validator(
+    ["alignment", "nbest", "target_prefix"],
+    lambda f: not f["alignment"] or (f["nbest"] == 1
+                                     and not f["target_prefix"]),
+    "--alignment: one translation a line, without --target_prefix "
+    "(--nbest=1)")
+flags.register_multi_flags_validator(
+    ["alignment", "alignment_layer"],
+    lambda f: f["alignment"] or f["alignment_layer"] is None,
+    "--alignment_layer is read only with --alignment")
 
 
 def main(argv):
@@ -55,15 +79,20 @@ def main(argv):
       print(f"translate: warning: {warning}", file=sys.stderr)
     with Progress("translated", len(texts), "sentences") as progress:
       batch_size, batch_tokens = translator_flags.batching()
-      results = translator.translate(texts, FLAGS.nbest, batch_size,
-                                     progress, prefixes, batch_tokens)
+      if FLAGS.alignment:
+        lines = aligned_lines(translator.translate_aligned(
+            texts, FLAGS.alignment_layer, batch_size, progress,
+            batch_tokens), FLAGS.show_scores)
+      else:
+        lines = output_lines(translator.translate(
+            texts, FLAGS.nbest, batch_size, progress, prefixes,
+            batch_tokens), FLAGS.nbest > 1, FLAGS.show_scores)
   except DataError as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 2
   except (OSError, ValueError, ImportError) as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 1
-  lines = output_lines(results, FLAGS.nbest > 1, FLAGS.show_scores)
   output = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
   with output:
     output.write("".join(line + "\n" for line in lines))

@@ -207,6 +207,17 @@ def test_scripts_take_either_export(trained, tmp_path):
     # differ, and why: test_each_engine_searches_by_its_rules).
     engine = Translator.from_export(str(model))
     assert lines == [n[0][0] for n in engine.translate(list(SOURCES[:40]))]
+    if model == ct2_dir:  # translate.py --alignment: the reason, one line
+      with pytest.raises(ValueError, match="--alignment: a CTranslate2 "
+                         "export has no attention signature; align with the "
+                         "SavedModel export"):
+        engine.translate_aligned(["seven"])
+    else:  # the same translations, each word aligned
+      aligned = engine.translate_aligned(list(SOURCES[:40]))
+      assert [text for text, _, _ in aligned] == lines
+      for text, _, pairs in aligned:
+        targets = {int(pair.split("-")[1]) for pair in pairs.split()}
+        assert targets == set(range(len(text.split()))), (text, pairs)
 
   neither = run_script("translate.py", f"--model={tmp_path}",
                        input_text="seven\n")

@@ -158,8 +158,11 @@ def test_attention_signature_gives_tokens_and_distributions(exported):
   loaded = tf.saved_model.load(str(exported))
   texts = tf.constant(["four hundred and twenty-one", "seven"])
   out = loaded.signatures["attention"](text=texts)
-  best = loaded.signatures["serving_default"](text=texts)["translation"]
-  np.testing.assert_array_equal(out["translation"], best)
+  best = loaded.signatures["serving_default"](text=texts)
+  np.testing.assert_array_equal(out["translation"], best["translation"])
+  # The same search gives the same score (what translate.py --alignment
+  # prints with --show_scores).
+  np.testing.assert_allclose(out["score"], best["score"], rtol=1e-6)
   source_tokens = np.array([[p.decode() for p in row]
                             for row in out["source_tokens"].numpy()])
   target_tokens = np.array([[p.decode() for p in row]

@@ -22,6 +22,15 @@ def models(tmp_path_factory):
   return write_run_and_export(tmp_path_factory, max_length_offset=8)
 
 
+@pytest.fixture(scope="module")
+def export_output(models):
+  """translate.py --show_scores of SOURCES through the export: its stdout."""
+  result = run_script("translate.py", f"--model={models[1]}", "--show_scores",
+                      input_text="".join(s + "\n" for s in SOURCES))
+  assert result.returncode == 0, result.stderr[-2000:]
+  return result.stdout
+
+
 def _scored_lines(stdout):
   """(scores, translations) of --show_scores lines "score<TAB>text"."""
   lines = stdout.splitlines()
@@ -30,11 +39,9 @@ def _scored_lines(stdout):
           [l.split("\t", 1)[1] for l in lines])
 
 
-def test_checkpoint_and_export_translate_alike(models):
+def test_checkpoint_and_export_translate_alike(models, export_output):
   model_dir, exported = models
   stdin = "".join(s + "\n" for s in SOURCES)
-  from_export = run_script("translate.py", f"--model={exported}",
-                           "--show_scores", input_text=stdin)
   from_checkpoint = run_script("translate.py", f"--model_dir={model_dir}",
                                "--max_length_offset=8", "--show_scores",
                                input_text=stdin)
@@ -43,9 +50,9 @@ def test_checkpoint_and_export_translate_alike(models):
   one_by_one = run_script("translate.py", f"--model={exported}",
                           "--show_scores", "--batch_tokens=0",
                           "--batch_size=1", input_text=stdin)
-  for result in (from_export, from_checkpoint, one_by_one):
+  for result in (from_checkpoint, one_by_one):
     assert result.returncode == 0, result.stderr[-2000:]
-  scores, translations = _scored_lines(from_export.stdout)
+  scores, translations = _scored_lines(export_output)
   assert len(translations) == 3
   # The same translations; the scores to within float32 rounding (a batch
   # of other sentences, or another graph, sums in another order) and the
@@ -54,6 +61,36 @@ def test_checkpoint_and_export_translate_alike(models):
     other_scores, other_translations = _scored_lines(other.stdout)
     assert other_translations == translations
     np.testing.assert_allclose(other_scores, scores, atol=2e-4)
+
+
+def test_alignment_lines_from_an_export_and_a_checkpoint(models,
+                                                         export_output):
+  """--alignment appends ' ||| ' and word pairs to the same translation and
+  score, from the export's attention signature or the run; every pair is
+  inside both lines' words, and every translation word is aligned."""
+  model_dir, exported = models
+  stdin = "".join(s + "\n" for s in SOURCES)
+  aligned = run_script("translate.py", f"--model={exported}",
+                       "--show_scores", "--alignment", input_text=stdin)
+  by_layer_2 = run_script("translate.py", f"--model_dir={model_dir}",
+                          "--max_length_offset=8", "--alignment",
+                          "--alignment_layer=2", input_text=stdin)
+  for result in (aligned, by_layer_2):
+    assert result.returncode == 0, result.stderr[-2000:]
+  scores, lines = _scored_lines(aligned.stdout)
+  plain_scores, translations = _scored_lines(export_output)
+  np.testing.assert_allclose(scores, plain_scores, atol=2e-4)
+  assert [line.split(" ||| ")[0] for line in lines] == translations
+  assert [line.split(" ||| ")[0] for line in by_layer_2.stdout.splitlines()
+          ] == translations
+  for output in (lines, by_layer_2.stdout.splitlines()):
+    assert len(output) == len(SOURCES)
+    for source, line in zip(SOURCES, output):
+      translation, pairs = line.split(" ||| ")
+      pairs = [tuple(map(int, p.split("-"))) for p in pairs.split()]
+      assert all(0 <= s < len(source.split()) and
+                 0 <= t < len(translation.split()) for s, t in pairs), line
+      assert {t for _, t in pairs} == set(range(len(translation.split())))
 
 
 def test_length_batches_fit_the_token_budget():
@@ -181,10 +218,12 @@ def test_usage_errors(models, tmp_path):
   fixed = run_script("translate.py", f"--model={exported}", "--beam_size=8",
                      input_text="seven\n")
   assert "fixed in an export" in fixed.stderr
-  for bad in ("--alpha=-1", "--max_length_offset=0", "--beam_size=0"):
-    refused = run_script("translate.py", f"--model_dir={model_dir}", bad,
-                         input_text="seven\n")
-    assert refused.returncode != 0 and bad.split("=")[0] in refused.stderr
+  for bad in ("--alpha=-1", "--max_length_offset=0", "--beam_size=0",
+              "--alignment_layer=2", "--alignment --nbest=2"):
+    refused = run_script("translate.py", f"--model_dir={model_dir}",
+                         *bad.split(), input_text="seven\n")
+    flag = bad.split("=")[0].split()[0]
+    assert refused.returncode != 0 and flag in refused.stderr, bad
   source, reference = tmp_path / "s.txt", tmp_path / "r.txt"
   source.write_text("a\nb\n")
   reference.write_text("x\n")

@@ -6,7 +6,7 @@ the layout TF Serving watches, with these signatures:
 - `serving_default`: text [batch] string -> translation, score;
 - `nbest`: text -> translations [batch, n], scores [batch, n];
 - `ids`: source_ids [batch, length] int32 -> target_ids, score;
-- `attention`: text -> translation, tokens and attention weights;
+- `attention`: text -> translation, score, tokens and attention weights;
 - `translate_with_prefix`: text, prefix [batch] strings -> translation,
   score: translations that start with the given prefix (autocompletion);
 - `score`: source, target [batch] strings -> log_prob [batch],

@@ -11,12 +11,13 @@ Functions (each a `tf.function` with an input signature):
   size, or the number of samples);
 - `translate_ids`: source_ids [batch, length] int32 (EOS-terminated,
   PAD-padded) -> target_ids [batch, length'], score [batch];
-- `attention`: text -> translation, source_tokens [batch, S] and
+- `attention`: text -> translation, score, source_tokens [batch, S] and
   target_tokens [batch, T] (subwords, "" as padding, target ending with
   "</s>"), and the attention weights of the best translation in a
   teacher-forced pass, [batch, layers, heads, rows, columns]:
   encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
-  alignments and plots like the paper's Figures 3 to 5;
+  word alignments (`decoding/alignment.py`) and plots like the paper's
+  Figures 3 to 5;
 - `translate_with_prefix`: text [batch], prefix [batch] strings ->
   translation, score: each translation starts with its prefix's subwords
   (cut to the output limit) and the same search completes it
@@ -172,8 +173,8 @@ class TranslationModule(tf.Module):
   def _attention(self, text):
     def weights():
       source_ids = self._encode(text)
-      target_ids = self._search(source_ids)[0][:, 0]
-      target_ids = _trim_padding(target_ids)
+      target_ids, scores = self._search(source_ids)
+      target_ids = _trim_padding(target_ids[:, 0])
       attention = self.model.attention_weights(
           source_ids, sequences.decoder_input(target_ids))
       # Rows of padding queries are 0, as a lone request's absent rows are
@@ -185,16 +186,16 @@ class TranslationModule(tf.Module):
           * tf.cast(queries[kind] != PAD_ID, tf.float32)[
               :, tf.newaxis, tf.newaxis, :, tf.newaxis]
           for kind in ATTENTION_KINDS)
-      return (self.tokenizer.detokenize(target_ids),
+      return (self.tokenizer.detokenize(target_ids), scores[:, 0],
               self._pieces(source_ids), self._pieces(target_ids)) + stacked
     layers = self.model.config.model.num_layers
     heads = self.model.config.model.num_heads
-    empty = (tf.zeros([0], tf.string), tf.zeros([0, 0], tf.string),
-             tf.zeros([0, 0], tf.string)) + tuple(
+    empty = (tf.zeros([0], tf.string), tf.zeros([0]),
+             tf.zeros([0, 0], tf.string), tf.zeros([0, 0], tf.string)) + tuple(
                  tf.zeros([0, layers, heads, 0, 0]) for _ in ATTENTION_KINDS)
     results = self._if_not_empty(text, weights, empty)
-    return dict(zip(("translation", "source_tokens", "target_tokens")
-                    + ATTENTION_KINDS, results))
+    return dict(zip(("translation", "score", "source_tokens",
+                     "target_tokens") + ATTENTION_KINDS, results))
 
   def _pieces(self, ids):
     return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
@@ -244,8 +245,9 @@ class TranslationModule(tf.Module):
     Args:
       text: [batch] strings.
     Returns:
-      {"translation", "source_tokens", "target_tokens", and per kind of
-      attention [batch, layers, heads, queries, keys] float32}.
+      {"translation", "score" (as `serve`'s), "source_tokens",
+      "target_tokens", and per kind of attention [batch, layers, heads,
+      queries, keys] float32}.
     """
     return self._attention(_checked(text))
 

@@ -4,6 +4,7 @@ bin/translate.py, bin/evaluate.py and the main job share."""
 
 import tensorflow as tf
 
+from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
 from tf_transformer.decoding.text import length_batches
 
@@ -43,6 +44,19 @@ def output_lines(results, nbest_format, show_scores=False, start=0):
   return lines
 
 
+def aligned_lines(results, show_scores=False):
+  """What bin/translate.py --alignment prints, as Marian does.
+
+  Args:
+    results: [(text, score, alignment), ...] (`Translator.translate_aligned`).
+    show_scores: prefix each line with `SCORE<TAB>`.
+  Returns:
+    `TEXT ||| ALIGNMENT` lines, without line breaks.
+  """
+  return [(f"{score:.4f}\t" if show_scores else "")
+          + f"{one_line(text)} ||| {pairs}" for text, score, pairs in results]
+
+
 class Translator:
   """`translate(texts) -> [[(translation, score), ...n-best], ...]` over
   one export or module; built by `from_export` or `from_module`.
@@ -54,14 +68,21 @@ class Translator:
       the export cannot count them.
     prefix_fn: (texts, prefixes) -> (best translations, their scores), or
       None where the export has no `translate_with_prefix`.
+    attention_fn: texts -> the `attention` signature's outputs (numpy), or
+      None where the export cannot give them.
+    cannot_align: why not, where `attention_fn` is None.
   """
 
-  def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None):
+  def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None,
+               attention_fn=None, cannot_align="this export has no attention "
+               "signature"):
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
     self._count_fn = count_fn  # texts -> (subwords per text, input limit)
     # (texts, prefixes) -> (best translations, their scores)
     self._prefix_fn = prefix_fn
+    self._attention_fn = attention_fn
+    self._cannot_align = cannot_align
 
   @classmethod
   def from_export(cls, path, compute_type="default"):
@@ -78,7 +99,10 @@ class Translator:
     if ct2_runtime.is_ct2_model(path):
       decoder = ct2_runtime.CT2Decoder(path, compute_type)
       return cls(decoder.nbest, decoder.nbest_size,
-                 decoder.count_input_tokens, decoder.translate_with_prefix)
+                 decoder.count_input_tokens, decoder.translate_with_prefix,
+                 cannot_align="a CTranslate2 export has no attention "
+                 "signature; align with the SavedModel export or the run "
+                 "(--model_dir)")
     if tf.saved_model.contains_saved_model(path):
       return cls.from_saved_model(path)
     hint = ""
@@ -101,8 +125,14 @@ class Translator:
     # Exports before count_input_tokens existed cannot say what they cut.
     counts = getattr(loaded, "count_input_tokens", None)
     prefix = loaded.signatures.get("translate_with_prefix")
+    attention = loaded.signatures.get("attention")
+    # Exports before alignments existed give no score with the attention.
+    aligns = attention is not None and "score" in attention.structured_outputs
     return cls(_nbest_fn(nbest), nbest_size, counts and _count_fn(counts),
-               prefix and _prefix_fn(prefix))
+               prefix and _prefix_fn(prefix),
+               aligns and _attention_fn(attention) or None,
+               f"{path}'s attention signature gives no scores (exported "
+               "before alignments existed): export it again")
 
   @classmethod
   def from_module(cls, module):
@@ -116,7 +146,8 @@ class Translator:
     """
     return cls(_nbest_fn(lambda **kw: module.nbest(**kw)), module.nbest_size,
                _count_fn(module.count_input_tokens),
-               _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)))
+               _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)),
+               _attention_fn(lambda **kw: module.attention(**kw)))
 
   def _prefixed(self, texts, nbest, prefixes):
     """translate's search with prefixes: (batch, indices into `texts`) ->
@@ -197,14 +228,8 @@ class Translator:
     search = lambda batch, indices: self._nbest_fn(batch)
     if prefixes is not None:
       search = self._prefixed(texts, nbest, prefixes)
-    if batch_tokens > 0:
-      batches = length_batches(self.input_lengths(texts), batch_tokens,
-                               batch_size)
-    else:
-      batches = [list(range(start, min(start + batch_size, len(texts))))
-                 for start in range(0, len(texts), batch_size)]
     results = [None] * len(texts)
-    for indices in batches:
+    for indices in self._batches(texts, batch_size, batch_tokens):
       decoded, scores = search([texts[i] for i in indices], indices)
       for i, row, row_scores in zip(indices, decoded, scores):
         results[i] = [(t.decode("utf-8"), float(s))
@@ -212,6 +237,45 @@ class Translator:
       if progress:
         progress.add(len(decoded))
     return results
+
+  def translate_aligned(self, texts, layer=None, batch_size=32,
+                        progress=None, batch_tokens=0):
+    """Translates lines in batches, each with its word alignment
+    (`decoding/alignment.py`).
+
+    Args:
+      texts: the input lines.
+      layer: the decoder layer whose attention aligns, from 1 (default:
+        `alignment.default_layer`).
+      batch_size, progress, batch_tokens: as `translate`'s.
+    Returns:
+      [(translation, score, alignment), ...] in the texts' order, the
+      alignment as Pharaoh pairs "i-j" of source and translation words.
+      Raises ValueError naming --alignment where the export cannot align.
+    """
+    if self._attention_fn is None:
+      raise ValueError(f"--alignment: {self._cannot_align}")
+    results = [None] * len(texts)
+    for indices in self._batches(texts, batch_size, batch_tokens):
+      out = self._attention_fn([texts[i] for i in indices])
+      if layer is None:
+        layer = alignment_lib.default_layer(out["encoder_decoder"].shape[1])
+      aligned = alignment_lib.from_attention(out, layer)
+      for i, text, score, pairs in zip(indices, out["translation"],
+                                       out["score"], aligned):
+        results[i] = (text.decode("utf-8"), float(score), pairs)
+      if progress:
+        progress.add(len(indices))
+    return results
+
+  def _batches(self, texts, batch_size, batch_tokens):
+    """Lists of indices into `texts`: length-sorted by `batch_tokens` (> 0),
+    else `batch_size` a batch in file order."""
+    if batch_tokens > 0:
+      return length_batches(self.input_lengths(texts), batch_tokens,
+                            batch_size)
+    return [list(range(start, min(start + batch_size, len(texts))))
+            for start in range(0, len(texts), batch_size)]
 
   def input_lengths(self, texts):
     """Each text's source length as the model sees it.
@@ -248,6 +312,13 @@ def _nbest_fn(nbest):
     out = nbest(text=string_batch(texts))
     return out["translations"].numpy(), out["scores"].numpy()
   return translate
+
+
+def _attention_fn(attention):
+  def outputs(texts):
+    return {key: value.numpy()
+            for key, value in attention(text=string_batch(texts)).items()}
+  return outputs
 
 
 def _prefix_fn(translate_with_prefix):
