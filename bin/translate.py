@@ -46,7 +46,7 @@ flags.DEFINE_bool("alignment", False, "Append ' ||| ' and the word "
                   "attention (SavedModel exports and runs).")
 flags.DEFINE_integer("alignment_layer", None, "--alignment: the decoder "
                      "layer (from 1) whose attention, averaged over its "
-                     "heads, aligns (default: the penultimate).",
+                     "heads, aligns (default: the last).",
                      lower_bound=1)
 flags.register_multi_flags_validator(
     ["alignment", "nbest", "target_prefix"],

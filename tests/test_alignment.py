@@ -75,8 +75,7 @@ def test_the_chosen_layer_aligns_with_its_heads_averaged():
              "source_tokens": np.array([source]),
              "target_tokens": np.array([target])}
   assert [alignment.from_attention(outputs, layer)
-          for layer in (1, 2, 3)] == [["0-0"], ["0-0"], ["1-0"]]
-  assert alignment.default_layer(3) == 2 and alignment.default_layer(1) == 1
+          for layer in (1, 2, 3, None)] == [["0-0"], ["0-0"], ["1-0"], ["1-0"]]
   for layer in (0, 4):
     with pytest.raises(ValueError, match=rf"--alignment_layer={layer}: the "
                        r"model's decoder has layers 1 to 3"):

@@ -72,18 +72,18 @@ def test_alignment_lines_from_an_export_and_a_checkpoint(models,
   stdin = "".join(s + "\n" for s in SOURCES)
   aligned = run_script("translate.py", f"--model={exported}",
                        "--show_scores", "--alignment", input_text=stdin)
-  by_layer_2 = run_script("translate.py", f"--model_dir={model_dir}",
+  by_layer_1 = run_script("translate.py", f"--model_dir={model_dir}",
                           "--max_length_offset=8", "--alignment",
-                          "--alignment_layer=2", input_text=stdin)
-  for result in (aligned, by_layer_2):
+                          "--alignment_layer=1", input_text=stdin)
+  for result in (aligned, by_layer_1):
     assert result.returncode == 0, result.stderr[-2000:]
   scores, lines = _scored_lines(aligned.stdout)
   plain_scores, translations = _scored_lines(export_output)
   np.testing.assert_allclose(scores, plain_scores, atol=2e-4)
   assert [line.split(" ||| ")[0] for line in lines] == translations
-  assert [line.split(" ||| ")[0] for line in by_layer_2.stdout.splitlines()
+  assert [line.split(" ||| ")[0] for line in by_layer_1.stdout.splitlines()
           ] == translations
-  for output in (lines, by_layer_2.stdout.splitlines()):
+  for output in (lines, by_layer_1.stdout.splitlines()):
     assert len(output) == len(SOURCES)
     for source, line in zip(SOURCES, output):
       translation, pairs = line.split(" ||| ")

@@ -11,21 +11,16 @@ starts a word. A pair `i-j` (Pharaoh format, as fast_align writes it) says
 that source word i and target word j, both from 0, are aligned.
 
 The attention of a model trained without an alignment loss aligns words
-only roughly (Garg et al., 2019, "Jointly Learning to Align and Translate
-with Transformer Models", measured the best alignments in the penultimate
-of six layers, which is the default here, as in fairseq's alignment model).
+only roughly, and which layer aligns best depends on the model: the last
+by default here, as in fairseq; Garg et al. (2019, "Jointly Learning to
+Align and Translate with Transformer Models") found the penultimate of six
+best (docs/decoding.md#word-alignments has a measure on Multi30k).
 """
 
 import numpy as np
 
 WORD_START = "\u2581".encode("utf-8")  # SentencePiece's "▁"
 EOS_PIECE = b"</s>"
-
-
-def default_layer(num_layers):
-  """The decoder layer (from 1) whose attention aligns by default: the
-  penultimate, or the only one."""
-  return max(1, num_layers - 1)
 
 
 def word_indices(pieces):
@@ -89,19 +84,20 @@ def pharaoh(pairs):
   return " ".join(f"{s}-{t}" for s, t in pairs)
 
 
-def from_attention(outputs, layer):
+def from_attention(outputs, layer=None):
   """Alignments from an `attention` signature's outputs (numpy).
 
   Args:
     outputs: {"source_tokens": [batch, S], "target_tokens": [batch, T],
       "encoder_decoder": [batch, layers, heads, T, S], ...}.
-    layer: the decoder layer, from 1 (`default_layer`).
+    layer: the decoder layer, from 1; None: the last.
   Returns:
     [batch] Pharaoh strings ("" for an empty translation). Raises
     ValueError naming --alignment_layer if the model has no such layer.
   """
   attention = outputs["encoder_decoder"]
   num_layers = attention.shape[1]
+  layer = num_layers if layer is None else layer
   if not 1 <= layer <= num_layers:
     raise ValueError(f"--alignment_layer={layer}: the model's decoder has "
                      f"layers 1 to {num_layers}")

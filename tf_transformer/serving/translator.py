@@ -246,7 +246,7 @@ class Translator:
     Args:
       texts: the input lines.
       layer: the decoder layer whose attention aligns, from 1 (default:
-        `alignment.default_layer`).
+        the last).
       batch_size, progress, batch_tokens: as `translate`'s.
     Returns:
       [(translation, score, alignment), ...] in the texts' order, the
@@ -258,8 +258,6 @@ class Translator:
     results = [None] * len(texts)
     for indices in self._batches(texts, batch_size, batch_tokens):
       out = self._attention_fn([texts[i] for i in indices])
-      if layer is None:
-        layer = alignment_lib.default_layer(out["encoder_decoder"].shape[1])
       aligned = alignment_lib.from_attention(out, layer)
       for i, text, score, pairs in zip(indices, out["translation"],
                                        out["score"], aligned):
