@@ -130,7 +130,7 @@ class Translator:
     aligns = attention is not None and "score" in attention.structured_outputs
     return cls(_nbest_fn(nbest), nbest_size, counts and _count_fn(counts),
                prefix and _prefix_fn(prefix),
-               aligns and _attention_fn(attention) or None,
+               _attention_fn(attention) if aligns else None,
                f"{path}'s attention signature gives no scores (exported "
                "before alignments existed): export it again")
 
