@@ -15,9 +15,6 @@ import sys
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer.run.runner import Runner
-from tf_transformer.training import best as best_lib
-from tf_transformer.training.checkpoints import CheckpointError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The training run's directory.")
@@ -33,6 +30,9 @@ flags.mark_flags_as_required(["model_dir", "output_dir"])
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  from tf_transformer.run.runner import Runner
+  from tf_transformer.training.checkpoints import CheckpointError
   try:
     averaged = Runner(FLAGS.model_dir).average(
         FLAGS.num_checkpoints, FLAGS.output_dir,
@@ -48,6 +48,9 @@ def main(argv):
 
 def _last_step(value, model_dir):
   """--last_step as a step (None: no bound). Raises CheckpointError."""
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  from tf_transformer.training import best as best_lib
+  from tf_transformer.training.checkpoints import CheckpointError
   if value is None:
     return None
   if value == "best":

@@ -17,7 +17,6 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.errors import DataError
-from tf_transformer.run.runner import Runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The training run (its data_spec.json "
@@ -33,6 +32,7 @@ flags.mark_flag_as_required("model_dir")
 
 def main(argv):
   del argv
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
   try:
     table, path = Runner(FLAGS.model_dir).build_shortlist(
         FLAGS.k_max, FLAGS.n_max, FLAGS.max_pairs)

@@ -27,7 +27,6 @@ from absl import app
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer.benchmark import serving_speed
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 
@@ -74,6 +73,7 @@ def _row(name, figures, first):
 
 def main(argv):
   del argv
+  from tf_transformer.benchmark import serving_speed  # pylint: disable=g-import-not-at-top
   exports = _exports()
   try:
     sentences = read_lines(FLAGS.source)[:FLAGS.sentences]

@@ -14,9 +14,8 @@ from absl import flags
 from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
-from tf_transformer.run import runner
 from tf_transformer.run import translator_flags
-from tf_transformer.serving.translator import one_line
+from tf_transformer.serving.output import one_line
 from tf_transformer.progress import Progress
 
 FLAGS = flags.FLAGS
@@ -30,6 +29,7 @@ flags.mark_flags_as_required(["source", "reference"])
 
 def main(argv):
   del argv
+  from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
   try:
     sources, references = read_lines(FLAGS.source), read_lines(
         FLAGS.reference)

@@ -31,7 +31,6 @@ from absl import logging
 from tf_transformer import command
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import export_flags
-from tf_transformer.run.runner import Runner
 
 FLAGS = flags.FLAGS
 export_flags.define_flags()
@@ -40,7 +39,9 @@ export_flags.define_flags()
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # not SavedModel's info lines
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  import tensorflow as tf
+  from tf_transformer.run.runner import Runner
   tf.get_logger().setLevel("ERROR")
   start = time.time()
   stage = lambda what: print(f"export: {what} [{time.time() - start:.1f} s]",

@@ -14,7 +14,8 @@ Writes gpu_check.json and gpu_check.md to --output_dir.
 Each preset and policy trains in a process of its own, so that its peak
 memory is its own and a failure (out of memory, say) is one row. Runs on a
 CPU too (`--presets=tiny`, which the test suite does). Unlike the other
-bin/ commands it does not import TensorFlow (`tf_transformer.command` does).
+bin/ commands it never imports TensorFlow (`command.run(main,
+tensorflow=False)`): the accelerator machine has none.
 """
 
 import json
@@ -24,6 +25,8 @@ import sys
 
 from absl import app
 from absl import flags
+
+from tf_transformer import command
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("presets", ["base", "big"], "Model presets trained.")
@@ -169,4 +172,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run(main, tensorflow=False)

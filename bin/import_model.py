@@ -21,7 +21,6 @@ from absl import flags
 from absl import logging
 
 from tf_transformer import command
-from tf_transformer.run.import_run import import_marian
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("from", None, "The published model's directory: a "
@@ -37,6 +36,7 @@ flags.mark_flag_as_required("model_dir")
 
 def main(argv):
   del argv
+  from tf_transformer.run.import_run import import_marian  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)  # not the checkpoint's info lines
   try:
     result = import_marian(getattr(FLAGS, "from"), FLAGS.model_dir)

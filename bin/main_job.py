@@ -27,17 +27,18 @@ import sys
 from tf_transformer import command
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import job_flags
-from tf_transformer.run import main_job
 from tf_transformer.training import interruption
 from tf_transformer.training import run_lock
-from tf_transformer.training.checkpoints import CheckpointError
-from tf_transformer.training.trainer import DivergedError
 
 job_flags.define_flags()
 
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  from tf_transformer.run import main_job
+  from tf_transformer.training.checkpoints import CheckpointError
+  from tf_transformer.training.trainer import DivergedError
   stop = interruption.StopRequest().install()
   announce = lambda stage, line: print(f"\n== {stage}: {line}", flush=True)
   try:

@@ -12,8 +12,6 @@ from absl import flags
 from tf_transformer import command
 from tf_transformer import config as config_lib
 from tf_transformer import cost
-from tf_transformer import model as model_lib
-from tf_transformer.run import run_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "base", sorted(config_lib.PRESETS),
@@ -30,6 +28,9 @@ flags.DEFINE_integer("sequence_length", 32, "Tokens per sentence, source and "
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  from tf_transformer import model as model_lib
+  from tf_transformer.run import run_dir
   try:
     if FLAGS.model_dir:
       config = run_dir.load_config(FLAGS.model_dir)

@@ -19,7 +19,6 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer import plots
-from tf_transformer.run import runner
 
 FLAGS = flags.FLAGS
 KINDS = plots.KINDS
@@ -38,6 +37,7 @@ flags.register_validator("kind", lambda kinds: set(kinds) <= set(KINDS),
 
 def main(argv):
   del argv
+  from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
   try:
     out = runner.attention(FLAGS.sentence, FLAGS.model, FLAGS.model_dir)
     num_layers, num_heads = out["encoder_self"].shape[:2]

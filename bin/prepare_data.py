@@ -18,11 +18,9 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.choices import SPLITS
 from tf_transformer.data import data_flags
-from tf_transformer.data import prepare as prepare_lib
-from tf_transformer.data import sources
 from tf_transformer.data.errors import DataError
-from tf_transformer.run.runner import Runner
 
 FLAGS = flags.FLAGS
 data_flags.define_flags()
@@ -37,12 +35,15 @@ flags.DEFINE_list("write_text", [], "Splits (dev, test, train) whose raw "
                   "(language codes), line-aligned, for bin/evaluate.py.")
 flags.mark_flag_as_required("output_dir")
 flags.register_validator(
-    "write_text", lambda splits: set(splits) <= set(sources.SPLITS),
-    f"--write_text: each must be one of {', '.join(sources.SPLITS)}")
+    "write_text", lambda splits: set(splits) <= set(SPLITS),
+    f"--write_text: each must be one of {', '.join(SPLITS)}")
 
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  from tf_transformer.data import prepare as prepare_lib
+  from tf_transformer.run.runner import Runner
   try:
     prepared = Runner(FLAGS.output_dir).prepare(
         data_flags.spec_from_flags(), FLAGS.vocab_size,

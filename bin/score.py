@@ -27,9 +27,7 @@ from absl import flags
 from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
-from tf_transformer.serving.scorer import output_line
 from tf_transformer.progress import Progress
-from tf_transformer.run import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "A SavedModel version (NAME/VERSION), a "
@@ -46,6 +44,9 @@ flags.mark_flags_as_required(["model", "source", "target"])
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
+  from tf_transformer.run import runner
+  from tf_transformer.serving.scorer import output_line
   try:
     sources, targets = read_lines(FLAGS.source), read_lines(FLAGS.target)
     if len(sources) != len(targets):

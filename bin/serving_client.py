@@ -17,7 +17,7 @@ import sys
 from absl import flags
 
 from tf_transformer import command
-from tf_transformer.serving.translator import output_lines
+from tf_transformer.serving.output import output_lines
 from tf_transformer.serving import client
 
 FLAGS = flags.FLAGS
@@ -43,6 +43,8 @@ def main(argv):
   rest = FLAGS.protocol == "rest"
   server = FLAGS.server or ("localhost:8501" if rest else "localhost:8500")
   predict = client.rest_predict if rest else client.grpc_predict
+  if not rest:  # tensors are TensorFlow's protos
+    command.import_tensorflow_quietly()
   try:
     source = open(FLAGS.input, encoding="utf-8") if FLAGS.input else sys.stdin
     with source:
@@ -61,4 +63,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, tensorflow=False)

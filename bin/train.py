@@ -25,12 +25,8 @@ from tf_transformer import command
 from tf_transformer.data import data_flags
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import train_flags
-from tf_transformer.run.runner import Runner
-from tf_transformer.run.runner import describe_training
 from tf_transformer.training import interruption
 from tf_transformer.training import run_lock
-from tf_transformer.training import strategy as strategy_lib
-from tf_transformer.training import trainer as trainer_lib
 
 FLAGS = flags.FLAGS
 train_flags.define_flags()
@@ -41,6 +37,12 @@ def main(argv):
   stop = interruption.StopRequest().install()
   for error in train_flags.flag_errors():
     return _fail(f"error: {error}", 1)
+  command.import_tensorflow_quietly()  # after the flags are checked
+  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner
+  from tf_transformer.run.runner import describe_training
+  from tf_transformer.training import strategy as strategy_lib
+  from tf_transformer.training import trainer as trainer_lib
   strategy_lib.split_cpu(FLAGS.cpu_devices)  # before any op
   try:
     config = train_flags.config_from_flags()
@@ -74,4 +76,4 @@ def _fail(message, status):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, tensorflow=False)

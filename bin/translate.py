@@ -25,8 +25,8 @@ from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
-from tf_transformer.serving.translator import aligned_lines
-from tf_transformer.serving.translator import output_lines
+from tf_transformer.serving.output import aligned_lines
+from tf_transformer.serving.output import output_lines
 from tf_transformer.progress import Progress
 
 FLAGS = flags.FLAGS

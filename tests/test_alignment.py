@@ -6,7 +6,7 @@ import pytest
 
 from tf_transformer.decoding import alignment
 from tf_transformer.serving.translator import Translator
-from tf_transformer.serving.translator import aligned_lines
+from tf_transformer.serving.output import aligned_lines
 
 W = "\u2581"
 

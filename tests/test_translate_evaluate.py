@@ -10,7 +10,7 @@ import sacrebleu
 from tf_transformer import evaluation
 from tf_transformer.serving.translator import Translator
 from tf_transformer.decoding.text import length_batches
-from tf_transformer.serving.translator import one_line
+from tf_transformer.serving.output import one_line
 from conftest import run_script
 from training_helpers import write_run_and_export
 

@@ -1,13 +1,17 @@
-"""How every bin/ command runs: absl's `app.run`, with three fixes for users.
+"""How every bin/ command runs: absl's `app.run`, with four fixes for users.
 
-- A quiet start. Importing this module (each bin/ script does so before any
-  other package module) raises TensorFlow's C++ log level to 3 unless
-  TF_CPP_MIN_LOG_LEVEL is set or absl's --verbosity / -v is given, and then
-  imports TensorFlow: its "failed call to cuInit: CUDA error" on a machine
-  without a GPU reads as a failure to a user. The lines TensorFlow prints
-  while it loads, before its logging is set up (oneDNN and CUDA notices),
-  ignore that level; they are captured and only those at or above it are
-  passed on.
+- Flags first. A command's flags are defined by modules that do not import
+  TensorFlow (`tf_transformer.choices`), and `run` imports TensorFlow only
+  once they are parsed and checked: --help and a bad flag are answered in
+  well under a second, not after TensorFlow's 5-second import. Each script
+  imports the package's TensorFlow modules inside its `main`.
+- A quiet start. Before that import, TensorFlow's C++ log level is raised
+  to 3 unless TF_CPP_MIN_LOG_LEVEL is set or absl's --verbosity / -v is
+  given: its "failed call to cuInit: CUDA error" on a machine without a GPU
+  reads as a failure to a user. The lines TensorFlow prints while it
+  loads, before its logging is set up (oneDNN and CUDA notices), ignore
+  that level; they are captured and only those at or above it are passed
+  on.
 - `--help` lists every flag the command reads. absl shows only the main
   module's flags there (the data and decoding flags, defined in shared
   modules, hid behind `--helpfull` among absl's and TensorFlow's own); here
@@ -35,9 +39,10 @@ def _verbose(args):
   return any(re.match(r"--?(v|verbosity)(=|$)", arg) for arg in args)
 
 
-def _import_tensorflow_quietly():
+def import_tensorflow_quietly():
   """Imports TensorFlow, passing on only the start-up lines at or above
-  TF_CPP_MIN_LOG_LEVEL (default 3 here unless --verbosity / -v)."""
+  TF_CPP_MIN_LOG_LEVEL (default 3 here unless --verbosity / -v); for a
+  command that `run` without it and needs it only on some paths."""
   if "TF_CPP_MIN_LOG_LEVEL" not in os.environ and not _verbose(sys.argv[1:]):
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
   level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL") or 0)
@@ -85,11 +90,15 @@ def _at_least(text, level):
   return "".join(kept)
 
 
-_import_tensorflow_quietly()
+def run(main, tensorflow=True):
+  """`app.run(main)` with the package's flags in --help, which exits 0.
 
-
-def run(main):
-  """`app.run(main)` with the package's flags in --help, which exits 0."""
+  Args:
+    main: the command's main(argv), which imports the package's TensorFlow
+      modules itself.
+    tensorflow: import TensorFlow (quietly) once the flags are parsed and
+      checked, before `main`; False for a command that may not need it.
+  """
   for module, defined in flags.FLAGS.flags_by_module_dict().items():
     if module.startswith("tf_transformer."):
       for flag in defined:  # key flags of the main module: what --help shows
@@ -98,6 +107,8 @@ def run(main):
 
   def main_started(argv):
     started.append(True)
+    if tensorflow:
+      import_tensorflow_quietly()
     return main(argv)
 
   try:

@@ -3,7 +3,6 @@
 from absl import flags
 
 from tf_transformer.data import numbers
-from tf_transformer.data.sources import DataSpec
 
 
 def define_flags():
@@ -39,7 +38,6 @@ def define_flags():
                        "counted, never truncated.")
 
 
-
 def define_vocabulary_flags():
   """--vocab_size and --vocab_model_type (bin/prepare_data.py and
   bin/train.py, which builds the vocabulary when a run has none)."""
@@ -51,7 +49,11 @@ def define_vocabulary_flags():
   flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"],
                     "SentencePiece model type.")
 
-def spec_from_flags(values=None) -> DataSpec:
+
+def spec_from_flags(values=None):
+  """The flags' `DataSpec`, checked (its files exist, its flags agree)."""
+  # TensorFlow Datasets is imported only here, after the flags are parsed.
+  from tf_transformer.data.sources import DataSpec  # pylint: disable=g-import-not-at-top
   values = values or flags.FLAGS
   return DataSpec(
       dataset=values.dataset or "",

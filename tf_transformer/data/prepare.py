@@ -7,6 +7,7 @@ import numpy as np
 
 from absl import logging
 
+from tf_transformer.choices import SPLITS
 from tf_transformer.data import batching
 from tf_transformer.data import corpora
 from tf_transformer.data import errors
@@ -64,7 +65,7 @@ def corpus_statistics(spec, vocabulary, max_length, train_stores=None):
   the training split's from its token arrays when given
   (`token_store.open_training`)."""
   stats = {"vocab_size": vocabulary.vocab_size}
-  for split in sources.SPLITS:
+  for split in SPLITS:
     if not sources.has_split(spec, split):
       continue
     if split == "train" and train_stores is not None:
@@ -100,7 +101,7 @@ def describe_statistics(stats):
   """`corpus_statistics` as lines for people: per split, pairs, tokens,
   length percentiles and the pairs dropped and why."""
   lines = [f"vocab_size={stats['vocab_size']}"]
-  for split in sources.SPLITS:
+  for split in SPLITS:
     if split not in stats:
       continue
     s = stats[split]

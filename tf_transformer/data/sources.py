@@ -10,13 +10,13 @@ import dataclasses
 import functools
 from typing import Callable, Iterator, Optional, Tuple
 
+from tf_transformer.choices import SPLITS
 from tf_transformer.data import corpora as corpora_lib
 from tf_transformer.data import errors
 from tf_transformer.data import numbers
 from tf_transformer.data import tfds_corpora
 from tf_transformer.data.errors import DataError
 
-SPLITS = ("train", "dev", "test")
 TFDS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 

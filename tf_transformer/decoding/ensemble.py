@@ -26,10 +26,9 @@ import math
 
 import tensorflow as tf
 
+from tf_transformer.choices import AVERAGES
 from tf_transformer.decoding.step import Step
 from tf_transformer.model import with_xla_attention
-
-AVERAGES = ("log_probs", "probs")
 
 
 class Ensemble(tf.Module):

@@ -32,9 +32,10 @@ from tf_transformer.decoding.greedy import sample_search
 from tf_transformer.decoding import step as step_lib
 from tf_transformer.layers import masks
 from tf_transformer import special_ids
+from tf_transformer.choices import METHODS
+from tf_transformer.choices import XLA_WITH_SHORTLIST
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
-METHODS = ("beam", "greedy", "sample")
 # Source and prefix lengths are padded to multiples of this under XLA (one
 # compiled search per multiple and batch size, not one per request).
 LENGTH_BUCKET = 16
@@ -95,11 +96,6 @@ class DecodingOptions(DecodingConfig):
     """Hypotheses returned per sentence."""
     return {"beam": self.beam_size, "greedy": 1,
             "sample": self.num_samples}[self.method]
-
-
-# Why a shortlist and XLA do not go together (one rule, said once).
-XLA_WITH_SHORTLIST = ("--shortlist with --xla: a shortlist's size varies by "
-                      "request, which XLA would compile anew; choose one")
 
 
 def refuse_xla_with_shortlist(xla, shortlist):

@@ -3,9 +3,9 @@ mean."""
 
 from absl import flags
 
-from tf_transformer.decoding.search import XLA_WITH_SHORTLIST
+from tf_transformer.choices import DTYPES
+from tf_transformer.choices import XLA_WITH_SHORTLIST
 from tf_transformer.run import translator_flags
-from tf_transformer.serving.export import DTYPES
 
 # Flags that are `Runner.export` arguments of the same name.
 EXPORT_ARGUMENTS = ("checkpoint", "format", "max_input_tokens", "xla",

@@ -2,8 +2,8 @@
 
 from absl import flags
 
-from tf_transformer.run.main_job import TASKS
-from tf_transformer.serving.export import DTYPES
+from tf_transformer.run.tasks import TASKS
+from tf_transformer.choices import DTYPES
 
 # Flags that are `run_job` arguments of the same name (--task is task_name).
 JOB_ARGUMENTS = ("work_dir", "export_dir", "data_dir", "config", "hparams",

@@ -30,40 +30,17 @@ from tf_transformer.data import numbers
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.decoding.search import DecodingOptions
-from tf_transformer.serving.translator import one_line
+from tf_transformer.serving.output import one_line
 from tf_transformer.run import choice
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
+from tf_transformer.run.tasks import TASKS
 from tf_transformer.training import best as best_lib
 from tf_transformer.training import budget
 from tf_transformer.training import checkpoints
 from tf_transformer.training import precision
 
 
-@dataclasses.dataclass(frozen=True)
-class Task:
-  config: str
-  vocab_size: int
-  train_steps: Optional[int]  # None: the preset's, bounded by the minutes
-  train_minutes: Optional[float]
-  checkpoint_every_steps: Optional[int]  # None: train_steps // 10
-  eval_every_steps: Optional[int]  # None: train_steps // 3
-  splits: dict  # our split name -> the task's file stem
-  # The dev metric that keeps the best checkpoint during training and
-  # chooses between it and the average (`best.METRICS`).
-  best_metric: str
-
-
-TASKS = {
-    # Each German number is one word: no 4-grams, so BLEU is about 0 for
-    # any output, and exact match tells the models apart.
-    "numbers": Task("tiny", 1000, 1000, None, None, None, {}, "exact_match"),
-    # 20 minutes are 650 to 1,800 steps of 4,096 tokens on 2 cores, by
-    # the host: checkpoints go by time where minutes bound the run (_cadence).
-    "multi30k": Task("small_corpus", 8000, None, 20, 100, 500,
-                     {"train": "train", "dev": "val",
-                      "test": "test_2016_flickr"}, "bleu"),
-}
 LANGUAGES = ("en", "de")
 
 

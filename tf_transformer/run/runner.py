@@ -20,6 +20,7 @@ from absl import logging
 
 from tf_transformer import config as config_lib
 from tf_transformer import evaluation
+from tf_transformer.choices import DTYPES
 from tf_transformer.progress import Progress
 from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import shortlist_table
@@ -341,9 +342,9 @@ class Runner:
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
       raise ValueError("--quantization: only with --format=ctranslate2")
-    if dtype not in export_lib.DTYPES:
+    if dtype not in DTYPES:
       raise ValueError(f"--dtype={dtype}: expected one of "
-                       f"{', '.join(export_lib.DTYPES)}")
+                       f"{', '.join(DTYPES)}")
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
                        "(CTranslate2 stores its types by --quantization)")

@@ -3,10 +3,8 @@
 from absl import flags
 
 from tf_transformer import config as config_lib
+from tf_transformer.choices import DISTRIBUTIONS
 from tf_transformer.data import data_flags
-from tf_transformer.run import run_dir
-from tf_transformer.training import precision
-from tf_transformer.training import strategy as strategy_lib
 
 # Flags that are TrainOptions fields of the same name.
 TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
@@ -46,7 +44,7 @@ def define_flags():
                        "batch "
                        "(default: the preset's, 25000 as in the paper).")
   flags.DEFINE_enum("distribution", "one_device",
-                    list(strategy_lib.DISTRIBUTIONS),
+                    list(DISTRIBUTIONS),
                     "tf.distribute strategy.")
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
   flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
@@ -134,6 +132,7 @@ def define_flags():
 def config_from_flags(values=None):
   """The preset with --hparams, --train_steps and --batch_tokens applied; for --config=auto a `config.AutoConfig`, which
   the run resolves by its training pairs."""
+  from tf_transformer.run import run_dir  # pylint: disable=g-import-not-at-top
   values = values or flags.FLAGS
   if values.init_from and values.config == "auto":
     # Fine-tuning: the other run's config, with --hparams on top.
@@ -160,6 +159,7 @@ def config_from_flags(values=None):
 def train_arguments(values=None) -> dict:
   """`Runner.train` keyword arguments from the flags (all but config,
   spec, strategy and stop)."""
+  from tf_transformer.training import precision  # pylint: disable=g-import-not-at-top
   values = values or flags.FLAGS
   return dict(
       vocab_size=values.vocab_size, vocab_model_type=values.vocab_model_type,

@@ -1,13 +1,12 @@
-"""absl flags that pick a model and a decoding, for bin/ scripts."""
+"""absl flags that pick a model and a decoding, for bin/ scripts (defined
+without importing TensorFlow: `tf_transformer.choices`)."""
 
 from absl import app
 from absl import flags
 
+from tf_transformer.choices import AVERAGES
+from tf_transformer.choices import METHODS
 from tf_transformer.data.errors import DataError
-from tf_transformer.decoding.ensemble import AVERAGES
-from tf_transformer.decoding.search import METHODS
-from tf_transformer.serving.translator import Translator
-from tf_transformer.run import runner
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
                   "temperature", "top_k", "num_samples", "sampling_seed")
@@ -121,9 +120,10 @@ def batching(values=None):
   return values.batch_size or 32, 0
 
 
-def make_translator(values=None) -> Translator:
+def make_translator(values=None):
   """`runner.open_translator` of --model or --model_dir and the decoding
-  flags; a UsageError names what is wrong."""
+  flags (a `Translator`); a UsageError names what is wrong."""
+  from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
   values = values or flags.FLAGS
   if bool(values.model) == bool(values.model_dir):
     raise app.UsageError("pass exactly one of --model and --model_dir")

@@ -34,9 +34,6 @@ from absl import logging
 from tf_transformer import cpu
 from tf_transformer.serving.translation_module import TranslationModule
 
-# What an export's weights and matmuls may be (bin/export.py --dtype).
-DTYPES = ("float32", "bfloat16")
-
 
 def next_version_dir(export_dir):
   """export_dir/<integer>, one above the highest version already there."""

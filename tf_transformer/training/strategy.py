@@ -11,7 +11,7 @@ import os
 
 import tensorflow as tf
 
-DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker", "tpu")
+from tf_transformer.choices import DISTRIBUTIONS
 
 
 def split_cpu(cpu_devices: int):

@@ -1,0 +1,77 @@
+"""Every bin/ command parses and checks its flags before TensorFlow loads
+(`tf_transformer.command`): --help and a bad flag are answered without
+TensorFlow's 5-second import, and a user's typo costs a fraction of a
+second."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+COMMANDS = sorted(name for name in os.listdir(os.path.join(REPO, "bin"))
+                  if name.endswith(".py"))
+
+# Runs a bin/ script as its own __main__ and says, on its last line of
+# stdout, how it exited and whether TensorFlow (or Keras, which imports it
+# on its default backend) was imported.
+PROBE = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+status = 0
+try:
+  runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+  status = e.code
+loaded = sorted({"tensorflow", "keras"} & set(sys.modules))
+print(f"\\nstatus={status} loaded={','.join(loaded) or 'none'}")
+"""
+
+
+def _probe(script, *args):
+  """(exit status, 'none' or the heavy modules loaded, stdout, stderr)."""
+  result = subprocess.run(
+      [sys.executable, "-c", PROBE, os.path.join(REPO, "bin", script),
+       *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+  last = result.stdout.splitlines()[-1]
+  status, loaded = (part.split("=", 1)[1] for part in last.split())
+  return int(status), loaded, result.stdout, result.stderr
+
+
+def test_every_command_is_probed():
+  assert len(COMMANDS) >= 17 and "translate.py" in COMMANDS
+
+
+@pytest.mark.parametrize("script", COMMANDS)
+def test_help_lists_the_flags_without_tensorflow(script):
+  status, loaded, out, err = _probe(script, "--help")
+  assert status == 0, err[-2000:]
+  assert loaded == "none", f"{script} --help imported {loaded}"
+  assert "\n  --" in out, out[-2000:]  # at least one flag with its help
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("translate.py", ["--beam_size=0"], "--beam_size"),
+    ("translate.py", ["--alignment_layer=2"], "--alignment_layer is read "
+     "only with --alignment"),
+    ("evaluate.py", ["--source=a.txt"], "--reference"),
+    ("train.py", ["--model_dir=/nonexistent/run", "--keep_checkpoints=2",
+                  "--average_checkpoints=5"],
+     "train: error: --keep_checkpoints=2 is below --average_checkpoints=5"),
+    ("prepare_data.py", ["--output_dir=/nonexistent/out",
+                         "--write_text=train,valid"], "--write_text"),
+    ("main_job.py", ["--task=wmt"], "--task"),
+    ("export.py", ["--model_dir=/nonexistent/run", "--dtype=float16"],
+     "--dtype"),
+    ("plot_attention.py", ["--sentence=a", "--output_dir=/nonexistent/out",
+                           "--kind=cross"], "--kind"),
+])
+def test_a_bad_flag_is_refused_before_tensorflow_loads(script, args,
+                                                        message):
+  status, loaded, _, err = _probe(script, *args)
+  assert status == 1, err[-2000:]
+  assert message in err, err[-2000:]
+  assert loaded == "none", f"{script} {args} imported {loaded}"
+  assert "Traceback" not in err

@@ -1,0 +1,26 @@
+"""The values the package's options take, importable without TensorFlow.
+
+The modules that act on these values (the search, the ensemble, the export,
+the distribution strategy) import them from here, and the bin/ commands'
+flags list them, so that a command checks its flags, and answers --help,
+before TensorFlow loads (about 5 s; `tf_transformer.command`).
+"""
+
+# A corpus's splits (bin/prepare_data.py --write_text).
+SPLITS = ("train", "dev", "test")
+
+# The searches (section 6.1's beam search; greedy; sampling).
+METHODS = ("beam", "greedy", "sample")
+
+# How an ensemble combines its members' next-token distributions.
+AVERAGES = ("log_probs", "probs")
+
+# What an export's weights and matmuls may be (bin/export.py --dtype).
+DTYPES = ("float32", "bfloat16")
+
+# The tf.distribute strategies a run may train under (bin/train.py).
+DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker", "tpu")
+
+# Why a shortlist and XLA do not go together (one rule, said once).
+XLA_WITH_SHORTLIST = ("--shortlist with --xla: a shortlist's size varies by "
+                      "request, which XLA would compile anew; choose one")
