@@ -8,8 +8,10 @@ TensorFlow Serving that serves an export of bin/export.py.
 
 REST needs nothing beyond Python; gRPC needs tensorflow-serving-api
 (pip install "tf_transformer[serving]"). Output lines are those of
-bin/translate.py: the translation, with --show_scores `SCORE<TAB>TEXT`, and
-for --signature=nbest `INDEX ||| TEXT ||| SCORE`.
+bin/translate.py: the translation, with --show_scores `SCORE<TAB>TEXT`, for
+--signature=nbest `INDEX ||| TEXT ||| SCORE`, and with --alignment
+`TEXT ||| 0-0 1-2 ...` (the export's `alignment` signature; the word pairs
+are made here, as translate.py makes them).
 """
 
 import sys
@@ -17,6 +19,8 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.run import translator_flags
+from tf_transformer.serving.output import aligned_lines
 from tf_transformer.serving.output import output_lines
 from tf_transformer.serving import client
 
@@ -35,14 +39,19 @@ flags.DEFINE_integer("batch_size", 32, "Sentences per request.")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
 flags.DEFINE_float("timeout", 60.0, "Seconds to wait for each answer.")
+translator_flags.define_alignment_flags("the export's alignment signature")
 flags.mark_flag_as_required("model_name")
+flags.register_multi_flags_validator(
+    ["alignment", "signature"],
+    lambda f: not f["alignment"] or f["signature"] == "serving_default",
+    "--alignment: one translation a line (the alignment signature), not "
+    "--signature=nbest")
 
 
 def main(argv):
   del argv
   rest = FLAGS.protocol == "rest"
   server = FLAGS.server or ("localhost:8501" if rest else "localhost:8500")
-  predict = client.rest_predict if rest else client.grpc_predict
   if not rest:  # tensors are TensorFlow's protos
     command.import_tensorflow_quietly()
   try:
@@ -50,13 +59,20 @@ def main(argv):
     with source:
       texts = [line.rstrip("\r\n") for line in source]
     for start in range(0, len(texts), FLAGS.batch_size):
-      results = predict(server, FLAGS.model_name,
-                        texts[start:start + FLAGS.batch_size],
-                        FLAGS.signature, FLAGS.model_version, FLAGS.timeout)
-      lines = output_lines(results, FLAGS.signature == "nbest",
-                           FLAGS.show_scores, start)
+      batch = texts[start:start + FLAGS.batch_size]
+      if FLAGS.alignment:
+        align = client.rest_align if rest else client.grpc_align
+        lines = aligned_lines(
+            align(server, FLAGS.model_name, batch, FLAGS.alignment_layer,
+                  FLAGS.model_version, FLAGS.timeout), FLAGS.show_scores)
+      else:
+        predict = client.rest_predict if rest else client.grpc_predict
+        lines = output_lines(
+            predict(server, FLAGS.model_name, batch, FLAGS.signature,
+                    FLAGS.model_version, FLAGS.timeout),
+            FLAGS.signature == "nbest", FLAGS.show_scores, start)
       sys.stdout.write("".join(line + "\n" for line in lines))
-  except (OSError, ImportError, client.ServingError) as e:
+  except (OSError, ImportError, ValueError, client.ServingError) as e:
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 1
   return 0

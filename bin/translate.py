@@ -40,24 +40,13 @@ flags.DEFINE_string("target_prefix", None, "A file of target prefixes, "
                     "the search completes it (autocompletion, post-editing).")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
-flags.DEFINE_bool("alignment", False, "Append ' ||| ' and the word "
-                  "alignment to each translation: source-target word pairs "
-                  "(from 0) as '0-0 1-2', from the encoder-decoder "
-                  "attention (SavedModel exports and runs).")
-flags.DEFINE_integer("alignment_layer", None, "--alignment: the decoder "
-                     "layer (from 1) whose attention, averaged over its "
-                     "heads, aligns (default: the last).",
-                     lower_bound=1)
+translator_flags.define_alignment_flags("SavedModel exports and runs")
 flags.register_multi_flags_validator(
     ["alignment", "nbest", "target_prefix"],
     lambda f: not f["alignment"] or (f["nbest"] == 1
                                      and not f["target_prefix"]),
     "--alignment: one translation a line, without --target_prefix "
     "(--nbest=1)")
-flags.register_multi_flags_validator(
-    ["alignment", "alignment_layer"],
-    lambda f: f["alignment"] or f["alignment_layer"] is None,
-    "--alignment_layer is read only with --alignment")
 
 
 def main(argv):

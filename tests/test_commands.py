@@ -57,6 +57,9 @@ def test_help_lists_the_flags_without_tensorflow(script):
     ("translate.py", ["--alignment_layer=2"], "--alignment_layer is read "
      "only with --alignment"),
     ("evaluate.py", ["--source=a.txt"], "--reference"),
+    ("serving_client.py", ["--model_name=m", "--alignment",
+                           "--signature=nbest"],
+     "--alignment: one translation a line"),
     ("train.py", ["--model_dir=/nonexistent/run", "--keep_checkpoints=2",
                   "--average_checkpoints=5"],
      "train: error: --keep_checkpoints=2 is below --average_checkpoints=5"),

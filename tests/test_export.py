@@ -98,14 +98,15 @@ for name, batch in requests.items():
                    "score": out["score"].numpy().tolist()}
 nbest = model.signatures["nbest"](text=tf.constant(["seven"]))
 answers["nbest_shape"] = list(nbest["translations"].shape)
-attention = model.signatures["attention"]
-for name in ("normal", "empty_batch", "bad_utf8"):
-  batch = requests[name]
-  out = attention(text=tf.constant(batch, tf.string, shape=[len(batch)]))
-  answers["attention_" + name] = {k: list(v.shape) for k, v in out.items()}
+for signature in ("attention", "alignment"):
+  for name in ("normal", "empty_batch", "bad_utf8"):
+    batch = requests[name]
+    out = model.signatures[signature](
+        text=tf.constant(batch, tf.string, shape=[len(batch)]))
+    answers[f"{signature}_{name}"] = {k: list(v.shape) for k, v in out.items()}
 wrong_rank = {"matrix": [["seven", "eight"], ["nine", "ten"]], "scalar": "seven"}
 for name, value in wrong_rank.items():
-  for signature in ("serving_default", "nbest", "attention"):
+  for signature in ("serving_default", "nbest", "attention", "alignment"):
     try:
       model.signatures[signature](text=tf.constant(value))
       answers[f"{signature}_{name}"] = "answered"
@@ -144,8 +145,12 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
   assert empty["encoder_decoder"] == [0] + layers_heads + [0, 0]
   assert empty["translation"] == [0]
   assert answers["attention_bad_utf8"]["encoder_self"][:3] == [1] + layers_heads
+  empty = answers["alignment_empty_batch"]
+  assert empty == {"translation": [0], "score": [0], "source_tokens": [0, 0],
+                   "target_tokens": [0, 0], "cross_attention": [0, 2, 0, 0]}
+  assert answers["alignment_bad_utf8"]["cross_attention"][:2] == [1, 2]
   # Another rank is refused, not flattened into a batch of 4 (or 1).
-  for signature in ("serving_default", "nbest", "attention"):
+  for signature in ("serving_default", "nbest", "attention", "alignment"):
     assert answers[f"{signature}_matrix"] == (
         "Shape of tensor text [2,2] is not compatible with expected shape [?].")
     assert answers[f"{signature}_scalar"] == (
@@ -193,6 +198,25 @@ def test_attention_signature_gives_tokens_and_distributions(exported):
     assert np.all(out["encoder_decoder"][row, :, :, len(target):].numpy()
                   == 0)
     assert np.all(decoder[:, :, len(target):] == 0)
+
+
+def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
+    exported):
+  """What word alignments need, a heads-th of `attention`'s: the same
+  search, tokens and encoder-decoder weights, heads averaged."""
+  loaded = tf.saved_model.load(str(exported))
+  texts = tf.constant(["four hundred and twenty-one", "seven", ""])
+  full = loaded.signatures["attention"](text=texts)
+  out = loaded.signatures["alignment"](text=texts)
+  assert sorted(out) == ["cross_attention", "score", "source_tokens",
+                         "target_tokens", "translation"]
+  for key in ("translation", "source_tokens", "target_tokens"):
+    np.testing.assert_array_equal(out[key], full[key])
+  np.testing.assert_allclose(out["score"], full["score"], rtol=1e-6)
+  # A mean of 4 float32 numbers in [0, 1], summed in another order.
+  np.testing.assert_allclose(
+      out["cross_attention"], full["encoder_decoder"].numpy().mean(axis=2),
+      rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("decoding,flags,width", [

@@ -16,12 +16,14 @@ import threading
 from concurrent import futures
 
 import grpc
+import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from tf_transformer.serving import client
+from tf_transformer.serving.translator import Translator
 from conftest import run_script
 from training_helpers import write_run_and_export
 
@@ -30,8 +32,11 @@ TEXTS = ["four hundred and twenty-one", "seven", ""]
 
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
+  """The export, loaded; its directory as `.path`."""
   _, exported = write_run_and_export(tmp_path_factory, max_length_offset=6)
-  return tf.saved_model.load(str(exported))
+  loaded = tf.saved_model.load(str(exported))
+  loaded.path = str(exported)
+  return loaded
 
 
 def _expected(saved_model, signature, texts):
@@ -168,6 +173,27 @@ def test_rest_and_grpc_translate_like_the_saved_model(
                              signature) == expected
 
 
+def test_rest_and_grpc_align_as_the_saved_model(saved_model, rest_server,
+                                                grpc_server):
+  """The alignment signature over either protocol, its word pairs made in
+  the client, as translate.py --alignment makes them from the export."""
+  texts = TEXTS[:2]
+  expected = Translator.from_saved_model(
+      saved_model.path).translate_aligned(texts, layer=1)
+  for align, server in ((client.rest_align, rest_server),
+                        (client.grpc_align, grpc_server)):
+    got = align(server, "numbers", texts, layer=1)
+    assert [(t, p) for t, _, p in got] == [(t, p) for t, _, p in expected]
+    np.testing.assert_allclose([s for _, s, _ in got],
+                               [s for _, s, _ in expected], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"--alignment_layer=3: the model's "
+                       r"decoder has layers 1 to 2"):
+      align(server, "numbers", texts, layer=3)
+  with pytest.raises(client.ServingError, match="no cross_attention"):
+    client.aligned({"translation": [], "score": [], "source_tokens": [],
+                    "target_tokens": []})
+
+
 def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
   stdin = "".join(t + "\n" for t in TEXTS)
   # The expected lines come from the batches the command sends: a
@@ -190,6 +216,14 @@ def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
                      input_text="seven\n")
   assert [line.split(" ||| ")[0] for line in nbest.stdout.splitlines()] == [
       "0"] * 4
+  aligned = run_script("serving_client.py", f"--server={rest_server}",
+                       "--model_name=numbers", "--alignment",
+                       input_text=stdin)
+  assert aligned.returncode == 0, aligned.stderr[-2000:]
+  want = Translator.from_saved_model(saved_model.path).translate_aligned(
+      TEXTS, batch_size=32)
+  assert aligned.stdout.splitlines() == [
+      f"{' '.join(t.splitlines())} ||| {p}" for t, _, p in want]
 
 
 def test_command_errors_name_the_problem(rest_server, grpc_server):

@@ -93,6 +93,36 @@ def test_alignment_lines_from_an_export_and_a_checkpoint(models,
       assert {t for _, t in pairs} == set(range(len(translation.split())))
 
 
+def test_exports_before_the_alignment_signature(models, tmp_path):
+  """An export of the day before the `alignment` signature aligns through
+  `attention` (with its score) alike; an older one, whose `attention` has
+  no score, is refused with the advice to export again."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
+  module = loading.translation_module(str(models[0]))
+  text = tf.TensorSpec([None], tf.string)
+
+  @tf.function(input_signature=[text], autograph=False)
+  def unscored(text):
+    return {k: v for k, v in module.attention(text).items() if k != "score"}
+
+  paths = {}
+  for name, attention in (("12-01", module.attention), ("older", unscored)):
+    paths[name] = str(tmp_path / name)
+    tf.saved_model.save(module, paths[name], signatures={
+        "nbest": module.nbest, "attention": attention})
+  now = Translator.from_module(module).translate_aligned(SOURCES)
+  day_before = Translator.from_saved_model(
+      paths["12-01"]).translate_aligned(SOURCES)
+  assert [(t, p) for t, _, p in day_before] == [(t, p) for t, _, p in now]
+  np.testing.assert_allclose([s for _, s, _ in day_before],
+                             [s for _, s, _ in now], rtol=1e-6)
+  with pytest.raises(ValueError, match=r"--alignment: .*older has no "
+                     r"alignment signature \(exported before alignments "
+                     r"existed\): export it again"):
+    Translator.from_saved_model(paths["older"]).translate_aligned(SOURCES)
+
+
 def test_length_batches_fit_the_token_budget():
   lengths = [3, 9, 4, 9, 2, 30, 5, 5]
   batches = length_batches(lengths, batch_tokens=20, max_sentences=3)

@@ -85,22 +85,28 @@ def pharaoh(pairs):
 
 
 def from_attention(outputs, layer=None):
-  """Alignments from an `attention` signature's outputs (numpy).
+  """Alignments from an `alignment` or `attention` signature's outputs
+  (numpy).
 
   Args:
-    outputs: {"source_tokens": [batch, S], "target_tokens": [batch, T],
-      "encoder_decoder": [batch, layers, heads, T, S], ...}.
+    outputs: {"source_tokens": [batch, S], "target_tokens": [batch, T]
+      (bytes), and "cross_attention": [batch, layers, T, S] (heads
+      averaged; `alignment`) or "encoder_decoder": [batch, layers, heads,
+      T, S] (`attention`)}.
     layer: the decoder layer, from 1; None: the last.
   Returns:
     [batch] Pharaoh strings ("" for an empty translation). Raises
     ValueError naming --alignment_layer if the model has no such layer.
   """
-  attention = outputs["encoder_decoder"]
+  if "cross_attention" in outputs:
+    attention = np.asarray(outputs["cross_attention"])
+  else:
+    attention = np.asarray(outputs["encoder_decoder"]).mean(axis=2)
   num_layers = attention.shape[1]
   layer = num_layers if layer is None else layer
   if not 1 <= layer <= num_layers:
     raise ValueError(f"--alignment_layer={layer}: the model's decoder has "
                      f"layers 1 to {num_layers}")
-  averaged = attention[:, layer - 1].mean(axis=1)  # [batch, T, S]
+  averaged = attention[:, layer - 1]  # [batch, T, S]
   return [pharaoh(hard_alignment(w, s, t)) for w, s, t in zip(
       averaged, outputs["source_tokens"], outputs["target_tokens"])]

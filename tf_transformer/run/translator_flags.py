@@ -103,6 +103,22 @@ def define_flags():
   define_shortlist_flag()
 
 
+def define_alignment_flags(sources):
+  """--alignment and --alignment_layer (bin/translate.py,
+  bin/serving_client.py); `sources`: what can align, for the help."""
+  flags.DEFINE_bool("alignment", False, "Append ' ||| ' and the word "
+                    "alignment to each translation: source-target word "
+                    "pairs (from 0) as '0-0 1-2', from the encoder-decoder "
+                    f"attention ({sources}).")
+  flags.DEFINE_integer("alignment_layer", None, "--alignment: the decoder "
+                       "layer (from 1) whose attention, averaged over its "
+                       "heads, aligns (default: the last).", lower_bound=1)
+  flags.register_multi_flags_validator(
+      ["alignment", "alignment_layer"],
+      lambda f: f["alignment"] or f["alignment_layer"] is None,
+      "--alignment_layer is read only with --alignment")
+
+
 def define_ensemble_flag():
   """How an ensemble (several --model_dir) combines its members."""
   flags.DEFINE_enum("ensemble_average", "log_probs", list(AVERAGES),

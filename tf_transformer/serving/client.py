@@ -7,13 +7,23 @@ gRPC: tensorflow.serving.PredictionService/Predict on HOST:8500, with the
 
 Both send raw strings to a signature of `serving/export.py` and return, per
 input, a list of (translation, score) pairs: one for `serving_default`, n
-for `nbest`.
+for `nbest`; or, from the `alignment` signature (`rest_align`,
+`grpc_align`), (translation, score, word alignment) triples, the alignment
+made here, as bin/translate.py --alignment makes it
+(`decoding/alignment.py`).
 """
 
 import json
 import urllib.error
 import urllib.request
 
+import numpy as np
+
+from tf_transformer.decoding import alignment as alignment_lib
+
+ALIGNMENT = "alignment"
+ALIGNMENT_OUTPUTS = ("translation", "score", "source_tokens",
+                     "target_tokens", "cross_attention")
 SIGNATURE_OUTPUTS = {"serving_default": ("translation", "score"),
                      "nbest": ("translations", "scores")}
 
@@ -41,6 +51,36 @@ def _text(value):
   return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def aligned(outputs, layer=None):
+  """The `alignment` signature's outputs -> [(translation, score,
+  alignment)], one an input.
+
+  Args:
+    outputs: {name: a nested list (REST's JSON) or a numpy array (gRPC)}
+      of `ALIGNMENT_OUTPUTS`.
+    layer: the decoder layer whose attention aligns, from 1 (None: the
+      last); ValueError naming --alignment_layer where there is none.
+  Returns:
+    The triples, the alignment as Pharaoh pairs "i-j".
+  """
+  missing = [key for key in ALIGNMENT_OUTPUTS if key not in outputs]
+  if missing:
+    raise ServingError(f"unexpected answer from the alignment signature: "
+                       f"no {', '.join(missing)} (exported before "
+                       "alignments existed? export it again)")
+  tokens = {key: [[_bytes(p) for p in row] for row in outputs[key]]
+            for key in ("source_tokens", "target_tokens")}
+  pairs = alignment_lib.from_attention(
+      {**tokens, "cross_attention": np.asarray(outputs["cross_attention"],
+                                               np.float32)}, layer)
+  return [(_text(t), float(s), p) for t, s, p in zip(
+      list(outputs["translation"]), list(outputs["score"]), pairs)]
+
+
+def _bytes(value):
+  return value if isinstance(value, bytes) else value.encode("utf-8")
+
+
 # REST.
 
 def rest_url(server, model_name, version=None):
@@ -55,7 +95,8 @@ def rest_url(server, model_name, version=None):
 def rest_request(texts, signature="serving_default"):
   """The JSON body: columnar inputs, the format that also accepts batches
   with more than one output per input."""
-  _outputs_of(signature)
+  if signature != ALIGNMENT:
+    _outputs_of(signature)
   return {"signature_name": signature, "inputs": {"text": list(texts)}}
 
 
@@ -74,6 +115,26 @@ def parse_rest_response(body, signature="serving_default"):
 
 def rest_predict(server, model_name, texts, signature="serving_default",
                  version=None, timeout=60.0):
+  """[[(translation, score), ...n-best], ...] for `texts` from a server."""
+  return parse_rest_response(
+      _rest_answer(server, model_name, texts, signature, version, timeout),
+      signature)
+
+
+def rest_align(server, model_name, texts, layer=None, version=None,
+               timeout=60.0):
+  """[(translation, score, alignment), ...] for `texts` (`aligned`)."""
+  body = _rest_answer(server, model_name, texts, ALIGNMENT, version, timeout)
+  if "error" in body:
+    raise ServingError(body["error"])
+  if not isinstance(body.get("outputs"), dict):
+    raise ServingError(f"unexpected answer (no outputs): "
+                       f"{json.dumps(body)[:200]}")
+  return aligned(body["outputs"], layer)
+
+
+def _rest_answer(server, model_name, texts, signature, version, timeout):
+  """The server's decoded JSON answer, an error's too."""
   request = urllib.request.Request(
       rest_url(server, model_name, version),
       data=json.dumps(rest_request(texts, signature)).encode("utf-8"),
@@ -88,7 +149,7 @@ def rest_predict(server, model_name, texts, signature="serving_default",
       raise ServingError(f"HTTP {e.code}: {e.reason}") from e
   except (urllib.error.URLError, OSError) as e:
     raise ServingError(f"cannot reach {server}: {e}") from e
-  return parse_rest_response(body, signature)
+  return body
 
 
 # gRPC.
@@ -108,7 +169,8 @@ def grpc_request(texts, model_name, signature="serving_default",
                  version=None):
   """A tensorflow.serving.PredictRequest for `texts`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  _outputs_of(signature)
+  if signature != ALIGNMENT:
+    _outputs_of(signature)
   predict_pb2, _ = _serving_api()
   request = predict_pb2.PredictRequest()
   request.model_spec.name = model_name
@@ -135,13 +197,34 @@ def parse_grpc_response(response, signature="serving_default"):
 
 def grpc_predict(server, model_name, texts, signature="serving_default",
                  version=None, timeout=60.0):
+  """[[(translation, score), ...n-best], ...] for `texts` from a server."""
+  return parse_grpc_response(
+      _grpc_answer(server, model_name, texts, signature, version, timeout),
+      signature)
+
+
+def grpc_align(server, model_name, texts, layer=None, version=None,
+               timeout=60.0):
+  """[(translation, score, alignment), ...] for `texts` (`aligned`)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  response = _grpc_answer(server, model_name, texts, ALIGNMENT, version,
+                          timeout)
+  return aligned({key: tf.make_ndarray(value)
+                  for key, value in response.outputs.items()}, layer)
+
+
+def _grpc_answer(server, model_name, texts, signature, version, timeout):
+  """The server's PredictResponse."""
   import grpc  # pylint: disable=g-import-not-at-top
   _, service = _serving_api()
-  with grpc.insecure_channel(server) as channel:
+  # The alignment signature's weights, [batch, layers, T, S] float32, can
+  # outgrow gRPC's default 4 MB answer (9.8 MB for 64 sentences of 80
+  # subwords and 6 layers).
+  options = [("grpc.max_receive_message_length", 1 << 30)]
+  with grpc.insecure_channel(server, options=options) as channel:
     stub = service.PredictionServiceStub(channel)
     try:
-      response = stub.Predict(
+      return stub.Predict(
           grpc_request(texts, model_name, signature, version), timeout)
     except grpc.RpcError as e:
       raise ServingError(f"{e.code().name}: {e.details()}") from e
-  return parse_grpc_response(response, signature)

@@ -7,6 +7,10 @@ the layout TF Serving watches, with these signatures:
 - `nbest`: text -> translations [batch, n], scores [batch, n];
 - `ids`: source_ids [batch, length] int32 -> target_ids, score;
 - `attention`: text -> translation, score, tokens and attention weights;
+- `alignment`: text -> translation, score, tokens and the encoder-decoder
+  attention averaged over heads, [batch, layers, T, S]: word alignments
+  (`decoding/alignment.py`; bin/translate.py and bin/serving_client.py
+  --alignment);
 - `translate_with_prefix`: text, prefix [batch] strings -> translation,
   score: translations that start with the given prefix (autocompletion);
 - `score`: source, target [batch] strings -> log_prob [batch],
@@ -83,7 +87,7 @@ def export(module: TranslationModule, export_dir: str) -> str:
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve, "nbest": module.nbest,
         "ids": module.translate_ids, "attention": module.attention,
-        "score": module.score,
+        "alignment": module.alignment, "score": module.score,
         "translate_with_prefix": module.translate_with_prefix})
   finally:
     absl_logger.setLevel(level)

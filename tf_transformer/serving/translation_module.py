@@ -16,8 +16,12 @@ Functions (each a `tf.function` with an input signature):
   "</s>"), and the attention weights of the best translation in a
   teacher-forced pass, [batch, layers, heads, rows, columns]:
   encoder_self (S x S), decoder_self (T x T), encoder_decoder (T x S), for
-  word alignments (`decoding/alignment.py`) and plots like the paper's
-  Figures 3 to 5;
+  plots like the paper's Figures 3 to 5;
+- `alignment`: text -> translation, score, source_tokens, target_tokens
+  (as `attention`'s) and cross_attention [batch, layers, T, S], the
+  encoder-decoder attention averaged over heads: what word alignments are
+  made of (`decoding/alignment.py`), a heads-th of `attention`'s
+  encoder-decoder weights and without the self-attention;
 - `translate_with_prefix`: text [batch], prefix [batch] strings ->
   translation, score: each translation starts with its prefix's subwords
   (cut to the output limit) and the same search completes it
@@ -170,7 +174,10 @@ class TranslationModule(tf.Module):
     return self._if_not_empty(text, search, (tf.zeros([0, n], tf.string),
                                              tf.zeros([0, n], tf.float32)))
 
-  def _attention(self, text):
+  def _attention(self, text, kinds=ATTENTION_KINDS, heads_averaged=False):
+    """The best translation, its tokens, and `kinds` of attention
+    [batch, layers, heads, queries, keys] float32 (without the heads axis,
+    their mean, where `heads_averaged`)."""
     def weights():
       source_ids = self._encode(text)
       target_ids, scores = self._search(source_ids)
@@ -181,21 +188,24 @@ class TranslationModule(tf.Module):
       # (TF Serving's batching pads a request to its batch's longest).
       queries = {"encoder_self": source_ids, "decoder_self": target_ids,
                  "encoder_decoder": target_ids}
-      stacked = tuple(
-          tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
-          * tf.cast(queries[kind] != PAD_ID, tf.float32)[
-              :, tf.newaxis, tf.newaxis, :, tf.newaxis]
-          for kind in ATTENTION_KINDS)
+      stacked = []
+      for kind in kinds:
+        stack = tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
+        if heads_averaged:
+          stack = tf.reduce_mean(stack, axis=2)
+        real = tf.cast(queries[kind] != PAD_ID, tf.float32)
+        real = (real[:, tf.newaxis, :, tf.newaxis] if heads_averaged else
+                real[:, tf.newaxis, tf.newaxis, :, tf.newaxis])
+        stacked.append(stack * real)
       return (self.tokenizer.detokenize(target_ids), scores[:, 0],
-              self._pieces(source_ids), self._pieces(target_ids)) + stacked
+              self._pieces(source_ids), self._pieces(target_ids),
+              *stacked)
     layers = self.model.config.model.num_layers
-    heads = self.model.config.model.num_heads
+    heads = [] if heads_averaged else [self.model.config.model.num_heads]
     empty = (tf.zeros([0], tf.string), tf.zeros([0]),
              tf.zeros([0, 0], tf.string), tf.zeros([0, 0], tf.string)) + tuple(
-                 tf.zeros([0, layers, heads, 0, 0]) for _ in ATTENTION_KINDS)
-    results = self._if_not_empty(text, weights, empty)
-    return dict(zip(("translation", "score", "source_tokens",
-                     "target_tokens") + ATTENTION_KINDS, results))
+                 tf.zeros([0, layers, *heads, 0, 0]) for _ in kinds)
+    return self._if_not_empty(text, weights, empty)
 
   def _pieces(self, ids):
     return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
@@ -249,7 +259,29 @@ class TranslationModule(tf.Module):
       "target_tokens", and per kind of attention [batch, layers, heads,
       queries, keys] float32}.
     """
-    return self._attention(_checked(text))
+    results = self._attention(_checked(text))
+    return dict(zip(("translation", "score", "source_tokens",
+                     "target_tokens") + ATTENTION_KINDS, results))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
+  def alignment(self, text):
+    """What word alignments are made of (`decoding/alignment.py`): the best
+    translation and each decoder layer's encoder-decoder attention
+    (section 3.2.3), averaged over its heads. A heads-th of `attention`'s
+    encoder-decoder weights, and neither self-attention.
+
+    Args:
+      text: [batch] strings.
+    Returns:
+      {"translation", "score" (as `serve`'s), "source_tokens" [batch, S],
+      "target_tokens" [batch, T] (pieces, "" as padding), "cross_attention"
+      [batch, layers, T, S] float32}.
+    """
+    results = self._attention(_checked(text), ("encoder_decoder",),
+                              heads_averaged=True)
+    return dict(zip(("translation", "score", "source_tokens",
+                     "target_tokens", "cross_attention"), results))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2,
                autograph=False)

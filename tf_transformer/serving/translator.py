@@ -20,8 +20,9 @@ class Translator:
       the export cannot count them.
     prefix_fn: (texts, prefixes) -> (best translations, their scores), or
       None where the export has no `translate_with_prefix`.
-    attention_fn: texts -> the `attention` signature's outputs (numpy), or
-      None where the export cannot give them.
+    attention_fn: texts -> the `alignment` signature's outputs (numpy; or
+      `attention`'s, which hold the same), or None where the export cannot
+      give them.
     cannot_align: why not, where `attention_fn` is None.
   """
 
@@ -77,14 +78,18 @@ class Translator:
     # Exports before count_input_tokens existed cannot say what they cut.
     counts = getattr(loaded, "count_input_tokens", None)
     prefix = loaded.signatures.get("translate_with_prefix")
-    attention = loaded.signatures.get("attention")
-    # Exports before alignments existed give no score with the attention.
-    aligns = attention is not None and "score" in attention.structured_outputs
+    # The `alignment` signature, or in exports of 2026-12-01 (before it)
+    # `attention` with its score; older exports cannot align.
+    attention = loaded.signatures.get("alignment")
+    if attention is None:
+      attention = loaded.signatures.get("attention")
+      if attention is not None and "score" not in attention.structured_outputs:
+        attention = None
     return cls(_nbest_fn(nbest), nbest_size, counts and _count_fn(counts),
                prefix and _prefix_fn(prefix),
-               _attention_fn(attention) if aligns else None,
-               f"{path}'s attention signature gives no scores (exported "
-               "before alignments existed): export it again")
+               _attention_fn(attention) if attention is not None else None,
+               f"{path} has no alignment signature (exported before "
+               "alignments existed): export it again")
 
   @classmethod
   def from_module(cls, module):
@@ -99,7 +104,7 @@ class Translator:
     return cls(_nbest_fn(lambda **kw: module.nbest(**kw)), module.nbest_size,
                _count_fn(module.count_input_tokens),
                _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)),
-               _attention_fn(lambda **kw: module.attention(**kw)))
+               _attention_fn(lambda **kw: module.alignment(**kw)))
 
   def _prefixed(self, texts, nbest, prefixes):
     """translate's search with prefixes: (batch, indices into `texts`) ->
