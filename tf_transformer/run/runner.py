@@ -30,7 +30,6 @@ from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
-from tf_transformer.decoding.shortlist import Shortlist
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.serving.translator import Translator

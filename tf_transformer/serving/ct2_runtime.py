@@ -43,7 +43,6 @@ test suite's numbers models in tests/test_ct2_export.py):
 import json
 import os
 
-import numpy as np
 import sentencepiece as spm
 
 from tf_transformer.data import marian_vocabulary
