@@ -66,7 +66,7 @@ def test_checkpoint_and_export_translate_alike(models, export_output):
 def test_alignment_lines_from_an_export_and_a_checkpoint(models,
                                                          export_output):
   """--alignment appends ' ||| ' and word pairs to the same translation and
-  score, from the export's attention signature or the run; every pair is
+  score, from the export's alignment signature or the run; every pair is
   inside both lines' words, and every translation word is aligned."""
   model_dir, exported = models
   stdin = "".join(s + "\n" for s in SOURCES)

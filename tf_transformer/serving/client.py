@@ -32,10 +32,16 @@ class ServingError(Exception):
   """The server answered with an error, or could not be reached."""
 
 
-def _outputs_of(signature):
-  if signature not in SIGNATURE_OUTPUTS:
+def _check_signature(signature, readable=(*SIGNATURE_OUTPUTS, ALIGNMENT)):
+  """Raises ValueError for a signature the client cannot read."""
+  if signature not in readable:
     raise ValueError(f"signature {signature!r}: the client reads "
-                     f"{sorted(SIGNATURE_OUTPUTS)}")
+                     f"{sorted(readable)}")
+
+
+def _outputs_of(signature):
+  """The (translations, scores) output names of a pairs signature."""
+  _check_signature(signature, SIGNATURE_OUTPUTS)
   return SIGNATURE_OUTPUTS[signature]
 
 
@@ -95,8 +101,7 @@ def rest_url(server, model_name, version=None):
 def rest_request(texts, signature="serving_default"):
   """The JSON body: columnar inputs, the format that also accepts batches
   with more than one output per input."""
-  if signature != ALIGNMENT:
-    _outputs_of(signature)
+  _check_signature(signature)
   return {"signature_name": signature, "inputs": {"text": list(texts)}}
 
 
@@ -169,8 +174,7 @@ def grpc_request(texts, model_name, signature="serving_default",
                  version=None):
   """A tensorflow.serving.PredictRequest for `texts`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if signature != ALIGNMENT:
-    _outputs_of(signature)
+  _check_signature(signature)
   predict_pb2, _ = _serving_api()
   request = predict_pb2.PredictRequest()
   request.model_spec.name = model_name

@@ -27,8 +27,8 @@ class Translator:
   """
 
   def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None,
-               attention_fn=None, cannot_align="this export has no attention "
-               "signature"):
+               attention_fn=None, cannot_align="this export has no "
+               "alignment signature"):
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
     self._count_fn = count_fn  # texts -> (subwords per text, input limit)
