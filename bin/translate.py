@@ -40,7 +40,8 @@ flags.DEFINE_string("target_prefix", None, "A file of target prefixes, "
                     "the search completes it (autocompletion, post-editing).")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
-translator_flags.define_alignment_flags("SavedModel exports and runs")
+translator_flags.define_alignment_flags("SavedModel and CTranslate2 "
+                                        "exports, runs")
 flags.register_multi_flags_validator(
     ["alignment", "nbest", "target_prefix"],
     lambda f: not f["alignment"] or (f["nbest"] == 1

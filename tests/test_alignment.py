@@ -54,6 +54,10 @@ def test_an_empty_translation_has_no_pairs():
   # A translation of a lone "▁" detokenizes to "": no word, no pair.
   assert alignment.hard_alignment(
       weights, pieces("_a", "</s>", ""), pieces("_", "</s>")) == []
+  # CTranslate2 gives the pieces alone, and no rows for an empty output.
+  assert alignment.hard_alignment([], pieces("_a"), []) == []
+  assert alignment.hard_alignment([[1.0]], pieces("_a"), pieces("_x")) == [
+      (0, 0)]
 
 
 def test_pieces_in_no_word_never_align():
@@ -86,7 +90,7 @@ def test_lines_and_exports_that_cannot_align():
   assert aligned_lines([("ein Hund\nläuft", -0.51234, "0-0 1-1 1-2")],
                        show_scores=True) == [
                            "-0.5123\tein Hund läuft ||| 0-0 1-1 1-2"]
-  translator = Translator(None, 1, cannot_align="a CTranslate2 export has "
-                          "no attention signature")
-  with pytest.raises(ValueError, match="--alignment: a CTranslate2 export"):
+  translator = Translator(None, 1)  # no align_fn
+  with pytest.raises(ValueError, match="--alignment: this export has no "
+                     "alignment signature"):
     translator.translate_aligned(["a"])

@@ -68,6 +68,9 @@ def test_help_lists_the_flags_without_tensorflow(script):
     ("main_job.py", ["--task=wmt"], "--task"),
     ("export.py", ["--model_dir=/nonexistent/run", "--dtype=float16"],
      "--dtype"),
+    ("export.py", ["--model_dir=/nonexistent/run", "--export_dir=/n/e",
+                   "--alignment_layer=1"], "--alignment_layer: only with "
+     "--format=ctranslate2"),
     ("plot_attention.py", ["--sentence=a", "--output_dir=/nonexistent/out",
                            "--kind=cross"], "--kind"),
 ])

@@ -3,6 +3,8 @@ log-probabilities as our own graph, each engine's search returns what its own
 rules give (tests/search_reference.py), and the bin/ scripts take either
 export."""
 
+import json
+
 import numpy as np
 import pytest
 import sentencepiece as spm
@@ -11,6 +13,8 @@ import tensorflow as tf
 from tf_transformer import build_model
 from tf_transformer import get_config
 from tf_transformer.data import numbers
+from tf_transformer.decoding import alignment
+from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving.ct2_runtime import CT2Decoder
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.decoding.search import DecodingOptions
@@ -19,7 +23,8 @@ from tf_transformer.serving.translator import Translator
 from tf_transformer.serving import ct2_export
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
-from tf_transformer.special_ids import EOS_ID, PAD_ID
+from tf_transformer.run.runner import Runner
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import run_script
 import search_reference
 from search_reference import EPSILON
@@ -207,23 +212,86 @@ def test_scripts_take_either_export(trained, tmp_path):
     # differ, and why: test_each_engine_searches_by_its_rules).
     engine = Translator.from_export(str(model))
     assert lines == [n[0][0] for n in engine.translate(list(SOURCES[:40]))]
-    if model == ct2_dir:  # translate.py --alignment: the reason, one line
-      with pytest.raises(ValueError, match="--alignment: a CTranslate2 "
-                         "export has no attention signature; align with the "
-                         "SavedModel export"):
-        engine.translate_aligned(["seven"])
-    else:  # the same translations, each word aligned
-      aligned = engine.translate_aligned(list(SOURCES[:40]))
-      assert [text for text, _, _ in aligned] == lines
-      for text, _, pairs in aligned:
-        targets = {int(pair.split("-")[1]) for pair in pairs.split()}
-        assert targets == set(range(len(text.split()))), (text, pairs)
+    # Either engine: the same translations, each word aligned.
+    aligned = engine.translate_aligned(list(SOURCES[:40]))
+    assert [text for text, _, _ in aligned] == lines
+    for text, _, pairs in aligned:
+      targets = {int(pair.split("-")[1]) for pair in pairs.split()}
+      assert targets == set(range(len(text.split()))), (text, pairs)
+  result = run_script("translate.py", f"--model={ct2_dir}", "--alignment",
+                      input_text="".join(s + "\n" for s in SOURCES[:5]))
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.splitlines() == [
+      f"{text} ||| {pairs}" for text, _, pairs in Translator.from_export(
+          str(ct2_dir)).translate_aligned(list(SOURCES[:5]))]
 
   neither = run_script("translate.py", f"--model={tmp_path}",
                        input_text="seven\n")
   assert neither.returncode == 1
   assert "neither a SavedModel (saved_model.pb) nor a CTranslate2" in (
       neither.stderr)
+
+
+def test_alignments_from_the_chosen_layer_averaged_over_heads(trained,
+                                                              tmp_path):
+  """CTranslate2 returns the chosen decoder layer's encoder-decoder
+  attention averaged over its heads, as our teacher-forced pass computes
+  it for the same translation (within float32 rounding), so its word pairs
+  are ours, unless a subword's two most attended source pieces are within
+  that rounding of each other (a near-tie either engine may break)."""
+  model, vocab = run_dir.load_trained_model(str(trained))
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
+                           DecodingOptions(), alignment_layer=1)
+  decoder = CT2Decoder(path)
+  sources = list(SOURCES[:24])  # uneven lengths: one padded batch
+  aligned = decoder.aligned(sources)
+  assert [(text, score) for text, score, _ in aligned] == [
+      (row[0].decode(), scores[0]) for row, scores in zip(*decoder.nbest(
+          sources))]
+  near_ties = 0
+  for (source, target, _, weights), (_, _, pairs) in zip(
+      decoder.best_with_attention(sources), aligned):
+    ids = [processor.piece_to_id(p) for p in target]
+    ours = model.attention_weights(
+        tf.constant([[processor.piece_to_id(p) for p in source] + [EOS_ID]]),
+        tf.constant([[BOS_ID] + ids]))["encoder_decoder"]
+    # Layer 1's heads averaged, the EOS row and column left out, as given.
+    first, second = (w[0].numpy().mean(axis=0)[:len(ids), :len(source)]
+                     for w in ours)
+    np.testing.assert_allclose(weights, first, rtol=0, atol=1e-5)
+    assert np.abs(np.array(weights) - second).max() > 1e-3  # not layer 2's
+    top_two = np.sort(first, axis=1)[:, -2:]
+    if len(source) > 1 and np.any(top_two[:, 1] - top_two[:, 0] < 1e-5):
+      near_ties += 1
+      continue
+    want = alignment.hard_alignment(
+        first, [p.encode() for p in source], [p.encode() for p in target])
+    assert pairs == alignment.pharaoh(want), (source, target)
+  assert near_ties < len(sources) // 2
+
+  with pytest.raises(ValueError, match=r"--alignment_layer=2: this "
+                     "CTranslate2 export returns the attention of decoder "
+                     r"layer 1 only .*--alignment_layer=2\)"):
+    decoder.aligned(sources, layer=2)
+  with pytest.raises(ValueError, match="--alignment_layer: only with "
+                     "--format=ctranslate2"):
+    Runner(str(trained)).export(str(tmp_path / "saved"), alignment_layer=1)
+  with pytest.raises(ValueError, match="--alignment_layer=3: the model's "
+                     "decoder has layers 1 to 2"):
+    ct2_export.export(model, vocab, str(tmp_path / "ct2_3"),
+                      DecodingOptions(), alignment_layer=3)
+  # An export made before alignments (CTranslate2 returns the last layer's
+  # first head there): asked to export again.
+  settings = tmp_path / "ct2" / ct2_runtime.DECODING_FILE
+  saved = json.loads(settings.read_text())
+  del saved["alignment_layer"]
+  settings.write_text(json.dumps(saved))
+  with pytest.raises(ValueError, match="was exported before CTranslate2 "
+                     "exports kept the attention alignments need: export it "
+                     "again"):
+    CT2Decoder(path).aligned(sources)
+  assert CT2Decoder(path).nbest(sources[:2])  # and still translates
 
 
 def test_scorer_gives_what_the_savedmodel_signature_gives(trained, tmp_path):

@@ -24,3 +24,9 @@ DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker", "tpu")
 # Why a shortlist and XLA do not go together (one rule, said once).
 XLA_WITH_SHORTLIST = ("--shortlist with --xla: a shortlist's size varies by "
                       "request, which XLA would compile anew; choose one")
+
+# Why --alignment_layer is an option of CTranslate2 exports only.
+ALIGNMENT_LAYER_WITH_SAVED_MODEL = (
+    "--alignment_layer: only with --format=ctranslate2, which keeps one "
+    "decoder layer's attention; a SavedModel keeps every layer's (choose one "
+    "with translate.py --alignment_layer)")

@@ -57,18 +57,20 @@ def hard_alignment(weights, source_tokens, target_tokens):
 
   Args:
     weights: [T, S] one layer's encoder-decoder attention, heads averaged:
-      row t is target subword t's distribution over the source subwords.
+      row t is target subword t's distribution over the source subwords
+      (rows and columns past the real pieces, EOS and padding, are not
+      read, and may be absent: CTranslate2 gives none for the source EOS).
     source_tokens: [S] the source's pieces (bytes), EOS-terminated, ""
-      as padding.
+      as padding (or the pieces alone).
     target_tokens: [T] the translation's pieces, ending with "</s>", ""
-      as padding.
+      as padding (or the pieces alone).
   Returns:
     Sorted (source word, target word) pairs, each once: by target word,
     then source word, as Marian prints them.
   """
   source, target = _real(source_tokens), _real(target_tokens)
   source_words, target_words = word_indices(source), word_indices(target)
-  if not np.any(source_words >= 0):
+  if not target or not np.any(source_words >= 0):
     return []
   # The real pieces come first on both sides (EOS and padding follow);
   # pieces in no word never align.
@@ -110,3 +112,34 @@ def from_attention(outputs, layer=None):
   averaged = attention[:, layer - 1]  # [batch, T, S]
   return [pharaoh(hard_alignment(w, s, t)) for w, s, t in zip(
       averaged, outputs["source_tokens"], outputs["target_tokens"])]
+
+
+def aligned(outputs, layer=None):
+  """(translation, score, alignment) triples from an `alignment` (or
+  `attention`) signature's outputs, as a SavedModel gives them (numpy) or
+  TF Serving's REST API (nested lists, strings as str).
+
+  Args:
+    outputs: {"translation": [batch], "score": [batch], and what
+      `from_attention` reads}.
+    layer: as `from_attention`'s.
+  Returns:
+    [(translation str, score float, Pharaoh string)], one an input.
+  """
+  tokens = {key: [[_bytes(p) for p in row] for row in outputs[key]]
+            for key in ("source_tokens", "target_tokens")}
+  weights = {key: np.asarray(outputs[key], np.float32)
+             for key in ("cross_attention", "encoder_decoder")
+             if key in outputs}
+  pairs = from_attention({**tokens, **weights}, layer)
+  return [(_text(t), float(s), p) for t, s, p in zip(
+      list(outputs["translation"]), list(outputs["score"]), pairs)]
+
+
+def _bytes(value):
+  return value if isinstance(value, bytes) else value.encode("utf-8")
+
+
+def _text(value):
+  return (value.decode("utf-8", "replace") if isinstance(value, bytes)
+          else value)

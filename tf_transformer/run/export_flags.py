@@ -3,6 +3,7 @@ mean."""
 
 from absl import flags
 
+from tf_transformer.choices import ALIGNMENT_LAYER_WITH_SAVED_MODEL
 from tf_transformer.choices import DTYPES
 from tf_transformer.choices import XLA_WITH_SHORTLIST
 from tf_transformer.run import translator_flags
@@ -10,7 +11,7 @@ from tf_transformer.run import translator_flags
 # Flags that are `Runner.export` arguments of the same name.
 EXPORT_ARGUMENTS = ("checkpoint", "format", "max_input_tokens", "xla",
                     "decode_parts", "quantization", "dtype",
-                    "ensemble_average")
+                    "ensemble_average", "alignment_layer")
 
 
 def define_flags():
@@ -37,6 +38,11 @@ def define_flags():
                     "--format=ctranslate2 only: store the weights in this "
                     "type (default float32; CTranslate2 can still quantize "
                     "at load).")
+  flags.DEFINE_integer("alignment_layer", None, "--format=ctranslate2 "
+                       "only: the decoder layer (from 1) whose attention, "
+                       "averaged over its heads, CTranslate2 returns for "
+                       "translate.py --alignment (default: the last; it "
+                       "keeps one layer's).", lower_bound=1)
   flags.DEFINE_enum("dtype", "float32", list(DTYPES),
                     "--format=saved_model: the weights' and matmuls' type. "
                     "bfloat16 halves the export and the bytes each step "
@@ -52,6 +58,10 @@ def define_flags():
                     "request shape: a power-of-2 batch, a multiple of 16 "
                     "subwords (docs/serving.md).")
   flags.mark_flags_as_required(["model_dir", "export_dir"])
+  flags.register_multi_flags_validator(
+      ["alignment_layer", "format"],
+      lambda f: f["alignment_layer"] is None or f["format"] == "ctranslate2",
+      ALIGNMENT_LAYER_WITH_SAVED_MODEL)
   flags.register_multi_flags_validator(
       ["xla", "shortlist"], lambda f: not (f["xla"] and f["shortlist"]),
       XLA_WITH_SHORTLIST)

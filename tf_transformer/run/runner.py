@@ -20,6 +20,7 @@ from absl import logging
 
 from tf_transformer import config as config_lib
 from tf_transformer import evaluation
+from tf_transformer.choices import ALIGNMENT_LAYER_WITH_SAVED_MODEL
 from tf_transformer.choices import DTYPES
 from tf_transformer.progress import Progress
 from tf_transformer.data import prepare as prepare_lib
@@ -317,7 +318,7 @@ class Runner:
              max_input_tokens=256, xla=False, decode_parts=1,
              quantization=None, dtype="float32", on_stage=None,
              ensemble=(), ensemble_average="log_probs", shortlist=None,
-             **decoding) -> str:
+             alignment_layer=None, **decoding) -> str:
     """Exports `checkpoint` (default: the newest) as the next SavedModel
     version of `export_dir`, its weights and matmuls in `dtype` ("float32"
     or "bfloat16"), or with format="ctranslate2" as a CTranslate2 model
@@ -329,7 +330,10 @@ class Runner:
     and warning. `shortlist` (K, N): every search decodes over its
     request's shortlist of the run's table (`build_shortlist`), K
     candidates a source piece and the N most frequent pieces; a
-    CTranslate2 export gets the same table as its `vmap`. Raises ValueError
+    CTranslate2 export gets the same table as its `vmap`.
+    `alignment_layer`: the decoder layer (from 1; default the last) whose
+    attention a CTranslate2 export keeps for word alignments (a SavedModel
+    keeps every layer's). Raises ValueError
     naming a bad option, DataError (no table), FileNotFoundError,
     ImportError (CTranslate2 not installed)."""
     on_stage = on_stage or (lambda text: None)
@@ -341,6 +345,8 @@ class Runner:
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
       raise ValueError("--quantization: only with --format=ctranslate2")
+    if alignment_layer is not None and format != "ctranslate2":
+      raise ValueError(ALIGNMENT_LAYER_WITH_SAVED_MODEL)
     if dtype not in DTYPES:
       raise ValueError(f"--dtype={dtype}: expected one of "
                        f"{', '.join(DTYPES)}")
@@ -370,7 +376,8 @@ class Runner:
       on_stage(f"note: {export_lib.float32_note()}")
     if format == "ctranslate2":
       path = ct2_export.export(model, vocabulary, export_dir, options,
-                               max_input_tokens, quantization, shortlist)
+                               max_input_tokens, quantization, shortlist,
+                               alignment_layer)
       on_stage(f"wrote the CTranslate2 model {path}")
       return path
     module = TranslationModule(model, vocabulary, options, max_input_tokens,

@@ -17,8 +17,6 @@ import json
 import urllib.error
 import urllib.request
 
-import numpy as np
-
 from tf_transformer.decoding import alignment as alignment_lib
 
 ALIGNMENT = "alignment"
@@ -74,17 +72,7 @@ def aligned(outputs, layer=None):
     raise ServingError(f"unexpected answer from the alignment signature: "
                        f"no {', '.join(missing)} (exported before "
                        "alignments existed? export it again)")
-  tokens = {key: [[_bytes(p) for p in row] for row in outputs[key]]
-            for key in ("source_tokens", "target_tokens")}
-  pairs = alignment_lib.from_attention(
-      {**tokens, "cross_attention": np.asarray(outputs["cross_attention"],
-                                               np.float32)}, layer)
-  return [(_text(t), float(s), p) for t, s, p in zip(
-      list(outputs["translation"]), list(outputs["score"]), pairs)]
-
-
-def _bytes(value):
-  return value if isinstance(value, bytes) else value.encode("utf-8")
+  return alignment_lib.aligned(outputs, layer)
 
 
 # REST.

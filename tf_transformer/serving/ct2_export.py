@@ -9,7 +9,8 @@ and `shared_vocabulary.json`, plus `vocabulary.model` (the SentencePiece
 model, so clients tokenize exactly as training did; an imported Marian
 model's `marian/` folder instead) and
 `tf_transformer.json` (the search of `DecodingOptions` and the input limit,
-which CTranslate2 takes per call rather than from the model).
+which CTranslate2 takes per call rather than from the model, and the decoder
+layer whose attention it returns for word alignments).
 
 What the spec states, each one a difference from CTranslate2's defaults that
 would otherwise change every output:
@@ -24,7 +25,12 @@ would otherwise change every output:
   and EOS appended to every source (`add_source_eos`);
 - Keras kernels are [in, out]; CTranslate2's linear weights are [out, in];
   the Q, K, V projections of self-attention are fused into one matrix, and
-  the K, V projections of encoder-decoder attention into another.
+  the K, V projections of encoder-decoder attention into another;
+- the attention CTranslate2 returns (`return_attention`, for word
+  alignments): one decoder layer's encoder-decoder attention averaged over
+  all its heads, as the SavedModel's `alignment` signature averages them
+  (CTranslate2's default is the last layer's first head). CTranslate2 keeps
+  one layer's, so the layer is chosen here (default: the last).
 
 `ctranslate2` is an optional dependency (`pip install -e ".[ctranslate2]"`).
 """
@@ -112,9 +118,22 @@ def vocabulary_pieces(vocabulary):
 _ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 
 
-def build_spec(model, vocabulary):
+def alignment_layer_of(model, alignment_layer=None) -> int:
+  """The decoder layer (from 1) whose attention a CTranslate2 export
+  returns: `alignment_layer`, or the last. Raises ValueError naming
+  --alignment_layer if the decoder has no such layer."""
+  num_layers = len(model.named_weights().decoder.layers)
+  layer = num_layers if alignment_layer is None else alignment_layer
+  if not 1 <= layer <= num_layers:
+    raise ValueError(f"--alignment_layer={layer}: the model's decoder has "
+                     f"layers 1 to {num_layers}")
+  return layer
+
+
+def build_spec(model, vocabulary, alignment_layer=None):
   """The CTranslate2 TransformerSpec holding `model`'s weights, read from
-  `model.named_weights()`."""
+  `model.named_weights()`; its attention for alignments is decoder layer
+  `alignment_layer`'s (from 1; default the last), heads averaged."""
   common_spec, transformer_spec = _specs()
   config = model.config.model
   named = model.named_weights()
@@ -133,7 +152,9 @@ def build_spec(model, vocabulary):
     sizes["head_dim"] = d_k
   spec = transformer_spec.TransformerSpec(
       transformer_spec.TransformerEncoderSpec(**sizes),
-      transformer_spec.TransformerDecoderSpec(**sizes))
+      transformer_spec.TransformerDecoderSpec(
+          **sizes, alignment_heads=heads,
+          alignment_layer=alignment_layer_of(model, alignment_layer) - 1))
   encoder, decoder = spec.encoder, spec.decoder
   encoder.embeddings[0].weight = np.asarray(named.source_embedding)
   decoder.embeddings.weight = np.asarray(named.target_embedding)
@@ -171,14 +192,16 @@ def build_spec(model, vocabulary):
 
 
 def export(model, vocabulary, output_dir, options, max_input_tokens=256,
-           quantization=None, shortlist=None) -> str:
+           quantization=None, shortlist=None, alignment_layer=None) -> str:
   """Writes the CTranslate2 directory `output_dir` (replacing one that is
   there); returns its path. `quantization`: CTranslate2's weight type
   ("int8", "float16", ...); None keeps float32, which CTranslate2 can still
   run as int8 by `compute_type`. `shortlist`: a `shortlist.Shortlist` of
   arrays, written as CTranslate2's vocabulary map (`vmap.txt`), which the
-  runtime then uses (`use_vmap`)."""
-  spec = build_spec(model, vocabulary)
+  runtime then uses (`use_vmap`). `alignment_layer`: the decoder layer
+  (from 1; default the last) whose attention, heads averaged, aligns words
+  (`ct2_runtime.CT2Decoder.aligned`)."""
+  spec = build_spec(model, vocabulary, alignment_layer)
   spec.validate()
   spec.optimize(quantization=quantization)
   tmp = output_dir.rstrip("/") + ".tmp"
@@ -192,7 +215,9 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
           *shortlist, vocabulary_pieces(vocabulary)))
   with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
     json.dump({"decoding": dataclasses.asdict(options),
-               "max_input_tokens": max_input_tokens}, f, indent=2)
+               "max_input_tokens": max_input_tokens,
+               "alignment_layer": alignment_layer_of(model, alignment_layer)},
+              f, indent=2)
   shutil.rmtree(output_dir, ignore_errors=True)
   os.rename(tmp, output_dir)
   return output_dir

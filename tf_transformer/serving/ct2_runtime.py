@@ -47,6 +47,7 @@ import sentencepiece as spm
 
 from tf_transformer.data import marian_vocabulary
 from tf_transformer.data import vocabulary as vocabulary_lib
+from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.decoding.search import DecodingOptions
 
 DECODING_FILE = "tf_transformer.json"
@@ -111,6 +112,11 @@ class CT2Decoder:
       saved = json.load(f)
     self.options = DecodingOptions.from_dict(saved["decoding"])
     self.max_input_tokens = saved["max_input_tokens"]
+    # The decoder layer (from 1) whose heads-averaged attention CTranslate2
+    # returns; None in exports made before alignments (it returns the last
+    # layer's first head there).
+    self.alignment_layer = saved.get("alignment_layer")
+    self.path = path
     self.nbest_size = self.options.nbest
     self.processor = (
         marian_vocabulary.MarianPieces.from_folder(
@@ -193,13 +199,19 @@ class CT2Decoder:
     Returns:
       [(pieces, log P(Y|X) / lp(Y))], best first.
     """
+    return [(result.hypotheses[i], score)
+            for i, score in self._ranked_indices(result, limit)]
+
+  def _ranked_indices(self, result, limit):
+    """`ranked`'s order as [(index into result.hypotheses, our score)]."""
     alpha = self.options.length_penalty_alpha
     ranked = []
-    for hypothesis, score in zip(result.hypotheses, result.scores):
+    for index, (hypothesis, score) in enumerate(zip(result.hypotheses,
+                                                    result.scores)):
       # |Y| counts the EOS, unless the limit ended the output.
       length = len(hypothesis) + (len(hypothesis) < limit)
       log_prob = score * length ** alpha
-      ranked.append((hypothesis, log_prob / gnmt_penalty(length, alpha)))
+      ranked.append((index, log_prob / gnmt_penalty(length, alpha)))
     return sorted(ranked, key=lambda pair: -pair[1])
 
   def nbest(self, texts):
@@ -220,6 +232,88 @@ class CT2Decoder:
                            for h, _ in best])
       scores.append([score for _, score in best])
     return translations, scores
+
+  def aligned(self, texts, layer=None):
+    """The best translation of each text with its word alignment, as
+    `Translator.translate_aligned` gives them from the SavedModel's
+    `alignment` signature: `best_with_attention` made into word pairs by
+    `decoding/alignment.py`.
+
+    Args:
+      texts: source strings.
+      layer: the decoder layer asked for (from 1), or None: the export's.
+    Returns:
+      [(translation, score, Pharaoh pairs "i-j")], one a text. Raises
+      ValueError naming the flag where this export cannot give them.
+    """
+    if self.alignment_layer is None:
+      raise ValueError(f"--alignment: {self.path} was exported before "
+                       "CTranslate2 exports kept the attention alignments "
+                       "need: export it again")
+    if layer is not None and layer != self.alignment_layer:
+      raise ValueError(
+          f"--alignment_layer={layer}: this CTranslate2 export returns the "
+          f"attention of decoder layer {self.alignment_layer} only "
+          "(CTranslate2 keeps one layer's, chosen at export: bin/export.py "
+          f"--format=ctranslate2 --alignment_layer={layer})")
+    aligned = []
+    for source, target, score, weights in self.best_with_attention(texts):
+      pairs = alignment_lib.hard_alignment(
+          weights, [p.encode("utf-8") for p in source],
+          [p.encode("utf-8") for p in target])
+      aligned.append((self.processor.decode(target), score,
+                      alignment_lib.pharaoh(pairs)))
+    return aligned
+
+  def best_with_attention(self, texts):
+    """The same search as `nbest`, with CTranslate2's `return_attention`:
+    the export's alignment layer (`ct2_export`), heads averaged.
+
+    Args:
+      texts: source strings.
+    Returns:
+      [(source pieces, best translation's pieces, its score, attention
+      [T][S])], one a text: a row for each translation piece (none for its
+      EOS), a column for each source piece (none for the source EOS).
+    """
+    sources = self.pieces(texts)
+    if not sources:
+      return []
+    results = self.translator.translate_batch(
+        sources, return_attention=True, **self.search_kwargs(sources))
+    limit = self.output_limit(sources)
+    first_rows = self._first_attention_rows(sources)
+    best = []
+    for i, (source, result) in enumerate(zip(sources, results)):
+      index, score = self._ranked_indices(result, limit)[0]
+      weights = [list(row) for row in result.attention[index]]
+      if weights and first_rows:
+        weights[0] = list(first_rows[i])
+      best.append((source, result.hypotheses[index], score, weights))
+    return best
+
+  def _first_attention_rows(self, sources):
+    """Each source's attention at the first output step where CTranslate2's
+    own is wrong, else None.
+
+    CTranslate2 (4.8) runs a beam search's first step before it expands
+    the batch to its beams, and returns for every sentence of a batch one
+    sentence's attention at that step (the others' are right). The first
+    step depends on nothing the search chose (the decoder sees only its
+    start token), so a one-step greedy search gives each sentence's own.
+
+    Args:
+      sources: the batch's source pieces.
+    Returns:
+      [batch] rows [S], or None (sampling, greedy or a batch of one).
+    """
+    if self.options.method != "beam" or len(sources) < 2:
+      return None
+    # At least one token (no EOS at step 0), so the row is always returned.
+    results = self.translator.translate_batch(
+        sources, beam_size=1, max_decoding_length=1, min_decoding_length=1,
+        max_input_length=0, return_attention=True)
+    return [result.attention[0][0] for result in results]
 
   def prefix_pieces(self, texts, prefixes):
     """The best output of each text that starts with its prefix

@@ -20,21 +20,22 @@ class Translator:
       the export cannot count them.
     prefix_fn: (texts, prefixes) -> (best translations, their scores), or
       None where the export has no `translate_with_prefix`.
-    attention_fn: texts -> the `alignment` signature's outputs (numpy; or
-      `attention`'s, which hold the same), or None where the export cannot
-      give them.
-    cannot_align: why not, where `attention_fn` is None.
+    align_fn: (texts, decoder layer from 1 or None) -> [(translation,
+      score, Pharaoh pairs)], one a text (from the `alignment` signature, or
+      `attention`, which holds the same; or `CT2Decoder.aligned`), or None
+      where the export cannot align.
+    cannot_align: why not, where `align_fn` is None.
   """
 
   def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None,
-               attention_fn=None, cannot_align="this export has no "
+               align_fn=None, cannot_align="this export has no "
                "alignment signature"):
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
     self._count_fn = count_fn  # texts -> (subwords per text, input limit)
     # (texts, prefixes) -> (best translations, their scores)
     self._prefix_fn = prefix_fn
-    self._attention_fn = attention_fn
+    self._align_fn = align_fn
     self._cannot_align = cannot_align
 
   @classmethod
@@ -53,9 +54,7 @@ class Translator:
       decoder = ct2_runtime.CT2Decoder(path, compute_type)
       return cls(decoder.nbest, decoder.nbest_size,
                  decoder.count_input_tokens, decoder.translate_with_prefix,
-                 cannot_align="a CTranslate2 export has no attention "
-                 "signature; align with the SavedModel export or the run "
-                 "(--model_dir)")
+                 decoder.aligned)
     if tf.saved_model.contains_saved_model(path):
       return cls.from_saved_model(path)
     hint = ""
@@ -87,7 +86,7 @@ class Translator:
         attention = None
     return cls(_nbest_fn(nbest), nbest_size, counts and _count_fn(counts),
                prefix and _prefix_fn(prefix),
-               _attention_fn(attention) if attention is not None else None,
+               _align_fn(attention) if attention is not None else None,
                f"{path} has no alignment signature (exported before "
                "alignments existed): export it again")
 
@@ -104,7 +103,7 @@ class Translator:
     return cls(_nbest_fn(lambda **kw: module.nbest(**kw)), module.nbest_size,
                _count_fn(module.count_input_tokens),
                _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)),
-               _attention_fn(lambda **kw: module.alignment(**kw)))
+               _align_fn(lambda **kw: module.alignment(**kw)))
 
   def _prefixed(self, texts, nbest, prefixes):
     """translate's search with prefixes: (batch, indices into `texts`) ->
@@ -210,15 +209,13 @@ class Translator:
       alignment as Pharaoh pairs "i-j" of source and translation words.
       Raises ValueError naming --alignment where the export cannot align.
     """
-    if self._attention_fn is None:
+    if self._align_fn is None:
       raise ValueError(f"--alignment: {self._cannot_align}")
     results = [None] * len(texts)
     for indices in self._batches(texts, batch_size, batch_tokens):
-      out = self._attention_fn([texts[i] for i in indices])
-      aligned = alignment_lib.from_attention(out, layer)
-      for i, text, score, pairs in zip(indices, out["translation"],
-                                       out["score"], aligned):
-        results[i] = (text.decode("utf-8"), float(score), pairs)
+      aligned = self._align_fn([texts[i] for i in indices], layer)
+      for i, result in zip(indices, aligned):
+        results[i] = result
       if progress:
         progress.add(len(indices))
     return results
@@ -269,11 +266,12 @@ def _nbest_fn(nbest):
   return translate
 
 
-def _attention_fn(attention):
-  def outputs(texts):
-    return {key: value.numpy()
-            for key, value in attention(text=string_batch(texts)).items()}
-  return outputs
+def _align_fn(alignment):
+  def align(texts, layer):
+    out = alignment(text=string_batch(texts))
+    return alignment_lib.aligned(
+        {key: value.numpy() for key, value in out.items()}, layer)
+  return align
 
 
 def _prefix_fn(translate_with_prefix):
