@@ -8,6 +8,7 @@ import keras
 import pytest
 
 from tf_transformer.config import get_config
+from tf_transformer.run import run_dir
 from tf_transformer.training import precision
 
 SMALL = "num_layers=1,d_model=32,d_ff=64,num_heads=2,batch_tokens=256"
@@ -120,6 +121,17 @@ def test_a_run_trains_in_the_chosen_precision_and_resumes_in_it(
   assert resumed["step"] == 2
   assert built == ["mixed_bfloat16", "mixed_bfloat16"]
   assert len(chose) == 1  # chosen once, kept on resume
+  # What the process does next (the main job averages, chooses and
+  # exports) builds in float32: the global policy is the caller's again,
+  # and a run loaded to decode or export is float32 whatever the global
+  # policy (a float32 export of this run held 510 casts to bfloat16 when
+  # the trainer's policy stayed).
+  assert keras.mixed_precision.global_policy().name == "float32"
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  model, _ = run_dir.load_trained_model(str(tmp_path))
+  assert model.dtype_policy.name == "float32"
+  assert model.compute_dtype == "float32"
+  keras.mixed_precision.set_global_policy("float32")
   given = Runner(str(tmp_path)).train(
       get_config("tiny", SMALL, train_steps=3), SPEC,
       **{**options, "mixed_precision": "float32"})

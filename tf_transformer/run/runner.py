@@ -17,6 +17,7 @@ import os
 from typing import List
 
 from absl import logging
+import keras
 
 from tf_transformer import config as config_lib
 from tf_transformer import evaluation
@@ -144,9 +145,15 @@ class Runner:
       logging.info("%s on %d replica(s), whole-step XLA %s: %s",
                    type(strategy).__name__, strategy.num_replicas_in_sync,
                    "on" if train_options.jit_compile_step else "off", config)
-      trainer = trainer_lib.Trainer(config, vocabulary, spec, train_options,
-                                    strategy)
-      result = trainer.train(stop)
+      policy = keras.mixed_precision.global_policy()
+      try:
+        trainer = trainer_lib.Trainer(config, vocabulary, spec,
+                                      train_options, strategy)
+        result = trainer.train(stop)
+      finally:
+        # The trainer sets Keras' global policy (mixed precision); what this
+        # process builds next (the main job's export) gets the caller's.
+        keras.mixed_precision.set_global_policy(policy)
     if result["stopped_by"]:
       # Freeing a trainer joins its input pipeline's threads, which wait for
       # the element in flight: 2 to 26 s measured after a stop. A stopped
