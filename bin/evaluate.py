@@ -12,6 +12,7 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.data.corpora import check_line_aligned
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -29,18 +30,21 @@ flags.mark_flags_as_required(["source", "reference"])
 
 def main(argv):
   del argv
-  from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
   try:
     sources, references = read_lines(FLAGS.source), read_lines(
         FLAGS.reference)
+    names = (f"--source={FLAGS.source}", f"--reference={FLAGS.reference}")
+    check_line_aligned(sources, references, names)
+    translator_flags.check_model_flags()
+    command.import_tensorflow_quietly()  # after what needs no model
+    from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
     translator = translator_flags.make_translator()
     with Progress("translated", len(sources), "sentences") as progress:
       batch_size, batch_tokens = translator_flags.batching()
       result = runner.evaluate(
           translator, sources, references, batch_size,
           FLAGS.paper_bleu, progress, batch_tokens=batch_tokens,
-          names=(f"--source={FLAGS.source}",
-                 f"--reference={FLAGS.reference}"))
+          names=names)
   except DataError as e:
     print(f"evaluate: error: {e}", file=sys.stderr)
     return 2
@@ -64,4 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, tensorflow=False)

@@ -25,6 +25,7 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.data.corpora import check_line_aligned
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.progress import Progress
@@ -44,15 +45,15 @@ flags.mark_flags_as_required(["model", "source", "target"])
 
 def main(argv):
   del argv
-  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
-  from tf_transformer.run import runner
-  from tf_transformer.serving.scorer import output_line
   try:
     sources, targets = read_lines(FLAGS.source), read_lines(FLAGS.target)
-    if len(sources) != len(targets):
-      raise DataError(f"--source={FLAGS.source} has {len(sources)} lines but "
-                      f"--target={FLAGS.target} has {len(targets)}; the "
-                      "files must be line-aligned")
+    check_line_aligned(sources, targets, (f"--source={FLAGS.source}",
+                                          f"--target={FLAGS.target}"))
+    # TensorFlow after what needs no model.
+    command.import_tensorflow_quietly()
+    # pylint: disable=g-import-not-at-top
+    from tf_transformer.run import runner
+    from tf_transformer.serving.scorer import output_line
     scorer = runner.open_scorer(FLAGS.model)
     with Progress("scored", len(sources), "pairs") as progress:
       results = scorer.score(sources, targets, FLAGS.batch_size, progress)
@@ -71,4 +72,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, tensorflow=False)

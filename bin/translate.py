@@ -22,6 +22,7 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.data.corpora import check_line_aligned
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -58,11 +59,11 @@ def main(argv):
       texts = [line.rstrip("\r\n") for line in source]
     prefixes = (read_lines(FLAGS.target_prefix) if FLAGS.target_prefix
                 else None)
-    if prefixes is not None and len(prefixes) != len(texts):
-      raise DataError(
-          f"--target_prefix={FLAGS.target_prefix} has {len(prefixes)} lines "
-          f"but {FLAGS.input or 'stdin'} has {len(texts)}; the files must be "
-          "line-aligned")
+    if prefixes is not None:
+      check_line_aligned(prefixes, texts, (
+          f"--target_prefix={FLAGS.target_prefix}", FLAGS.input or "stdin"))
+    translator_flags.check_model_flags()
+    command.import_tensorflow_quietly()  # after what needs no model
     translator = translator_flags.make_translator()
     for warning in translator.input_warnings(
         texts, f"--input={FLAGS.input}" if FLAGS.input else "stdin"):
@@ -90,4 +91,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, tensorflow=False)

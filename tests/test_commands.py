@@ -81,3 +81,37 @@ def test_a_bad_flag_is_refused_before_tensorflow_loads(script, args,
   assert message in err, err[-2000:]
   assert loaded == "none", f"{script} {args} imported {loaded}"
   assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("evaluate.py", ["--model=/nonexistent/1", "--source={two}",
+                     "--reference={one}"],
+     "evaluate: error: --source={two} has 2 lines but --reference={one} has "
+     "1; the files must be line-aligned"),
+    ("score.py", ["--model=/nonexistent/1", "--source={one}",
+                  "--target={two}"],
+     "score: error: --source={one} has 1 lines but --target={two} has 2"),
+    ("translate.py", ["--model=/nonexistent/1", "--input={two}",
+                      "--target_prefix={one}"],
+     "translate: error: --target_prefix={one} has 1 lines but {two} has 2"),
+    ("translate.py", ["--model=/nonexistent/1", "--model_dir=/n/run",
+                      "--input={one}"],
+     "pass exactly one of --model and --model_dir"),
+    ("evaluate.py", ["--model=/nonexistent/1", "--beam_size=2",
+                     "--source={one}", "--reference={one}"],
+     "--beam_size: the decoding is fixed in an export"),
+])
+def test_inputs_that_need_no_model_are_refused_before_tensorflow_loads(
+    tmp_path, script, args, message):
+  """Line counts that differ, and the choice of model, are told before
+  TensorFlow loads (and before any model is read: the paths do not
+  exist)."""
+  files = {"one": tmp_path / "one.txt", "two": tmp_path / "two.txt"}
+  files["one"].write_text("a\n")
+  files["two"].write_text("a\nb\n")
+  status, loaded, _, err = _probe(
+      script, *(arg.format(**files) for arg in args))
+  assert status in (1, 2), err[-2000:]
+  assert message.format(**files) in err, err[-2000:]
+  assert loaded == "none", f"{script} {args} imported {loaded}"
+  assert "Traceback" not in err

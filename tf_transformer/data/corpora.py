@@ -69,6 +69,19 @@ def read_lines(path: str) -> list:
   return [line for _, line in _open_lines(path)]
 
 
+def check_line_aligned(first: list, second: list, names) -> None:
+  """Raises a DataError naming both inputs unless they hold as many lines.
+
+  Args:
+    first, second: the lines of two inputs that answer each other line by
+      line (a source and its references, targets or prefixes).
+    names: how the message names the two (a flag and its file).
+  """
+  if len(first) != len(second):
+    raise DataError(f"{names[0]} has {len(first)} lines but {names[1]} has "
+                    f"{len(second)}; the files must be line-aligned")
+
+
 def keep_pair(source: str, target: str, stats: ReadStats) -> bool:
   if not source.strip() or not target.strip():
     stats.skipped["empty side"] += 1

@@ -24,12 +24,12 @@ from tf_transformer import evaluation
 from tf_transformer.choices import ALIGNMENT_LAYER_WITH_SAVED_MODEL
 from tf_transformer.choices import DTYPES
 from tf_transformer.progress import Progress
+from tf_transformer.data import corpora
 from tf_transformer.data import prepare as prepare_lib
 from tf_transformer.data import shortlist_table
 from tf_transformer.data import sources
 from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
-from tf_transformer.data.errors import DataError
 from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
 from tf_transformer.serving.scorer import Scorer
@@ -495,10 +495,7 @@ def evaluate(translator, source_lines, reference_lines, batch_size=32,
   """Translates `source_lines` and scores them against `reference_lines`
   with sacrebleu (`evaluation.score`). `names` name the two in messages.
   Raises DataError if the counts differ."""
-  if len(source_lines) != len(reference_lines):
-    raise DataError(f"{names[0]} has {len(source_lines)} lines but "
-                    f"{names[1]} has {len(reference_lines)}; the files must "
-                    "be line-aligned")
+  corpora.check_line_aligned(source_lines, reference_lines, names)
   warnings = translator.input_warnings(source_lines, names[0])
   hypotheses = [h[0][0] for h in translate(translator, source_lines, 1,
                                            batch_size, progress,

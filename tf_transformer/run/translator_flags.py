@@ -136,10 +136,10 @@ def batching(values=None):
   return values.batch_size or 32, 0
 
 
-def make_translator(values=None):
-  """`runner.open_translator` of --model or --model_dir and the decoding
-  flags (a `Translator`); a UsageError names what is wrong."""
-  from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
+def check_model_flags(values=None):
+  """What `make_translator` refuses before it loads anything (no
+  TensorFlow): a UsageError unless exactly one of --model and --model_dir
+  is given, and decoding flags only with --model_dir."""
   values = values or flags.FLAGS
   if bool(values.model) == bool(values.model_dir):
     raise app.UsageError("pass exactly one of --model and --model_dir")
@@ -151,6 +151,14 @@ def make_translator(values=None):
   if values.model and given:
     raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
                          "export; re-export, or use --model_dir")
+
+
+def make_translator(values=None):
+  """`runner.open_translator` of --model or --model_dir and the decoding
+  flags (a `Translator`); a UsageError names what is wrong."""
+  from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
+  values = values or flags.FLAGS
+  check_model_flags(values)
   try:
     return runner.open_translator(values.model, values.model_dir,
                                   values.ensemble_average,
