@@ -296,9 +296,9 @@ class CT2Decoder:
     """Each source's attention at the first output step where CTranslate2's
     own is wrong, else None.
 
-    CTranslate2 (4.8) runs a beam search's first step before it expands
-    the batch to its beams, and returns for every sentence of a batch one
-    sentence's attention at that step (the others' are right). The first
+    CTranslate2 (4.8) returns, in a beam search over a batch of several
+    sentences, one sentence's attention at the first step for every
+    sentence (the later steps' are right; docs/decoding.md). The first
     step depends on nothing the search chose (the decoder sees only its
     start token), so a one-step greedy search gives each sentence's own.
 
