@@ -40,6 +40,16 @@ def _probe(script, *args):
   return int(status), loaded, result.stdout, result.stderr
 
 
+def _assert_refused(script, args, message, expected_status=1):
+  """`script args` exits with `expected_status`, `message` in its stderr,
+  no traceback, and neither TensorFlow nor Keras imported."""
+  status, loaded, _, err = _probe(script, *args)
+  assert status == expected_status, err[-2000:]
+  assert message in err, err[-2000:]
+  assert loaded == "none", f"{script} {args} imported {loaded}"
+  assert "Traceback" not in err
+
+
 def test_every_command_is_probed():
   assert len(COMMANDS) >= 17 and "translate.py" in COMMANDS
 
@@ -76,42 +86,34 @@ def test_help_lists_the_flags_without_tensorflow(script):
 ])
 def test_a_bad_flag_is_refused_before_tensorflow_loads(script, args,
                                                         message):
-  status, loaded, _, err = _probe(script, *args)
-  assert status == 1, err[-2000:]
-  assert message in err, err[-2000:]
-  assert loaded == "none", f"{script} {args} imported {loaded}"
-  assert "Traceback" not in err
+  _assert_refused(script, args, message)
 
 
-@pytest.mark.parametrize("script,args,message", [
+@pytest.mark.parametrize("script,args,status,message", [
     ("evaluate.py", ["--model=/nonexistent/1", "--source={two}",
-                     "--reference={one}"],
+                     "--reference={one}"], 2,
      "evaluate: error: --source={two} has 2 lines but --reference={one} has "
      "1; the files must be line-aligned"),
     ("score.py", ["--model=/nonexistent/1", "--source={one}",
-                  "--target={two}"],
+                  "--target={two}"], 2,
      "score: error: --source={one} has 1 lines but --target={two} has 2"),
     ("translate.py", ["--model=/nonexistent/1", "--input={two}",
-                      "--target_prefix={one}"],
+                      "--target_prefix={one}"], 2,
      "translate: error: --target_prefix={one} has 1 lines but {two} has 2"),
     ("translate.py", ["--model=/nonexistent/1", "--model_dir=/n/run",
-                      "--input={one}"],
+                      "--input={one}"], 1,
      "pass exactly one of --model and --model_dir"),
     ("evaluate.py", ["--model=/nonexistent/1", "--beam_size=2",
-                     "--source={one}", "--reference={one}"],
+                     "--source={one}", "--reference={one}"], 1,
      "--beam_size: the decoding is fixed in an export"),
 ])
 def test_inputs_that_need_no_model_are_refused_before_tensorflow_loads(
-    tmp_path, script, args, message):
-  """Line counts that differ, and the choice of model, are told before
-  TensorFlow loads (and before any model is read: the paths do not
-  exist)."""
+    tmp_path, script, args, status, message):
+  """Line counts that differ (exit 2, bad input files), and the choice of
+  model (exit 1, bad flags), are told before TensorFlow loads (and before
+  any model is read: the paths do not exist)."""
   files = {"one": tmp_path / "one.txt", "two": tmp_path / "two.txt"}
   files["one"].write_text("a\n")
   files["two"].write_text("a\nb\n")
-  status, loaded, _, err = _probe(
-      script, *(arg.format(**files) for arg in args))
-  assert status in (1, 2), err[-2000:]
-  assert message.format(**files) in err, err[-2000:]
-  assert loaded == "none", f"{script} {args} imported {loaded}"
-  assert "Traceback" not in err
+  _assert_refused(script, [arg.format(**files) for arg in args],
+                  message.format(**files), status)

@@ -201,6 +201,7 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
   runtime then uses (`use_vmap`). `alignment_layer`: the decoder layer
   (from 1; default the last) whose attention, heads averaged, aligns words
   (`ct2_runtime.CT2Decoder.aligned`)."""
+  alignment_layer = alignment_layer_of(model, alignment_layer)
   spec = build_spec(model, vocabulary, alignment_layer)
   spec.validate()
   spec.optimize(quantization=quantization)
@@ -216,7 +217,7 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
   with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
     json.dump({"decoding": dataclasses.asdict(options),
                "max_input_tokens": max_input_tokens,
-               "alignment_layer": alignment_layer_of(model, alignment_layer)},
+               "alignment_layer": alignment_layer},
               f, indent=2)
   shutil.rmtree(output_dir, ignore_errors=True)
   os.rename(tmp, output_dir)

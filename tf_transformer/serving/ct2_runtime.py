@@ -286,9 +286,9 @@ class CT2Decoder:
     best = []
     for i, (source, result) in enumerate(zip(sources, results)):
       index, score = self._ranked_indices(result, limit)[0]
-      weights = [list(row) for row in result.attention[index]]
-      if weights and first_rows:
-        weights[0] = list(first_rows[i])
+      weights = result.attention[index]
+      if weights and first_rows:  # row 0 replaced, the others shared
+        weights = [list(first_rows[i])] + list(weights[1:])
       best.append((source, result.hypotheses[index], score, weights))
     return best
 
