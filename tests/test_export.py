@@ -275,6 +275,11 @@ def test_graph_has_only_core_and_tensorflow_text_ops(request, dtype):
     attributes = function.attr
     assert not ("_XlaMustCompile" in attributes and
                 attributes["_XlaMustCompile"].b), function.signature.name
+  # The search is stored once without a prefix and once with one, and every
+  # signature calls those two (saving traced a tf.function attribute anew,
+  # which stored and traced it twice more).
+  searches = [name for name in function_names if "_decode_" in name]
+  assert len(searches) == 2, searches
 
 
 def test_export_translates_like_the_in_process_search(model_dir, exported):

@@ -141,8 +141,12 @@ class TranslationModule(tf.Module):
     self.shortlist = shortlist and shortlist_lib.Shortlist(
         *[tf.Variable(x, trainable=False) for x in shortlist])
     # One function that every signature calls (saved once, not inlined in
-    # each).
-    self._search = tf.function(self._decode, autograph=False)
+    # each). Held in a plain closure, not as a tf.function attribute: saving
+    # traces every tf.function attribute again outside the signatures'
+    # graphs, which would store the search twice more and trace it twice
+    # more at each export.
+    search = tf.function(self._decode, autograph=False)
+    self._search = lambda *args: search(*args)
 
   def _decode(self, source_ids, prefix=None):
     """`search.decode` with this module's options and stored weights: every
