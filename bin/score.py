@@ -12,9 +12,12 @@ line of output answers one pair: LOG_PROB<TAB>TOKENS, where LOG_PROB is
 log P(target | source), natural log, summed over the target's subwords and
 its end-of-sentence token under teacher forcing, with no length penalty,
 and TOKENS is how many were scored; --tokens adds a third field, the
-per-token values separated by spaces. Sources are cut to the model's input
-limit and targets to input limit + max_length_offset subwords, as
-translation cuts them.
+per-token values separated by spaces; --alignment a last field, the
+pair's word alignment from the attention over the given target (Pharaoh
+pairs "i-j", as `translate.py --alignment` and `marian-scorer --alignment`
+print them; docs/decoding.md#word-alignments). Sources are cut to the
+model's input limit and targets to input limit + max_length_offset
+subwords, as translation cuts them.
 
 Exit status: 0 scored; 1 bad flags or model; 2 bad input files (one line
 naming them).
@@ -29,6 +32,7 @@ from tf_transformer.data.corpora import check_line_aligned
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.progress import Progress
+from tf_transformer.run import translator_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "A SavedModel version (NAME/VERSION), a "
@@ -41,6 +45,9 @@ flags.DEFINE_bool("tokens", False, "Add each target token's log-probability "
                   "(its subwords', then the end-of-sentence token's).")
 flags.DEFINE_integer("batch_size", 32, "Pairs per batch.", lower_bound=1)
 flags.mark_flags_as_required(["model", "source", "target"])
+translator_flags.define_alignment_flags(
+    "over each given target; SavedModel, CTranslate2 and run",
+    added="Add each pair's word alignment as a last field")
 
 
 def main(argv):
@@ -54,7 +61,8 @@ def main(argv):
     # pylint: disable=g-import-not-at-top
     from tf_transformer.run import runner
     from tf_transformer.serving.scorer import output_line
-    scorer = runner.open_scorer(FLAGS.model)
+    scorer = runner.open_scorer(FLAGS.model, FLAGS.alignment,
+                                FLAGS.alignment_layer)
     with Progress("scored", len(sources), "pairs") as progress:
       results = scorer.score(sources, targets, FLAGS.batch_size, progress)
   except DataError as e:
@@ -66,8 +74,9 @@ def main(argv):
   output = (open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output
             else sys.stdout)
   with output:
-    output.write("".join(output_line(total, values, FLAGS.tokens) + "\n"
-                         for total, values in results))
+    output.write("".join(
+        output_line(result[0], result[1], FLAGS.tokens, *result[2:]) + "\n"
+        for result in results))
   return 0
 
 

@@ -67,6 +67,9 @@ def test_help_lists_the_flags_without_tensorflow(script):
     ("translate.py", ["--alignment_layer=2"], "--alignment_layer is read "
      "only with --alignment"),
     ("evaluate.py", ["--source=a.txt"], "--reference"),
+    ("score.py", ["--model=m", "--source=a", "--target=b",
+                  "--alignment_layer=2"], "--alignment_layer is read only "
+     "with --alignment"),
     ("serving_client.py", ["--model_name=m", "--alignment",
                            "--signature=nbest"],
      "--alignment: one translation a line"),

@@ -363,3 +363,44 @@ def _teacher_forced(model, processor, source, ids, with_eos):
   prefixes = [tuple(target[:t]) for t in range(len(target))]
   log_probs = search_reference.next_log_probs(model, sources, prefixes)
   return log_probs[np.arange(len(target)), target]
+
+
+def test_forced_alignments_are_the_savedmodel_signatures(trained, tmp_path):
+  """bin/score.py --alignment's two engines: CTranslate2's attention over
+  a target forced as its prefix is the `forced_alignment` signature's
+  chosen layer (within float32 rounding), long targets cut alike, so the
+  pairs are the same but at near-ties; an empty target aligns nothing."""
+  model, vocab = run_dir.load_trained_model(str(trained))
+  module = TranslationModule(model, vocab, max_input_tokens=24)
+  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
+                           module.options, max_input_tokens=24,
+                           alignment_layer=1)
+  sources = list(SOURCES[:16]) + ["seven", "seven"]
+  targets = list(REFERENCES[:16]) + ["sieben " * 100, ""]
+  theirs = Scorer.from_export(path, alignment=True).score(sources, targets)
+  ours = Scorer.from_module(module, True, 1).score(sources, targets)
+  out = {k: v.numpy() for k, v in module.forced_alignment(
+      tf.constant(sources), tf.constant(targets)).items()}
+  attention = CT2Decoder(path).forced_attention(sources, targets)
+  near_ties = 0
+  for row, ((total, values, pairs), (want, want_values, want_pairs),
+            (source, target, weights)) in enumerate(zip(theirs, ours,
+                                                        attention)):
+    np.testing.assert_allclose(values, want_values, rtol=0, atol=2 * EPSILON)
+    assert abs(total - want) < 2 * len(values) * EPSILON
+    assert len(target) == len(values) - 1  # the pieces, cut; then EOS
+    ours_weights = out["cross_attention"][row, 0][:len(target), :len(source)]
+    np.testing.assert_allclose(np.reshape(weights, ours_weights.shape),
+                               ours_weights, rtol=0, atol=1e-5)
+    top_two = np.sort(ours_weights, axis=1)[:, -2:]
+    if len(source) > 1 and np.any(top_two[:, 1] - top_two[:, 0] < 1e-5):
+      near_ties += 1
+      continue
+    assert pairs == want_pairs, (source, target)
+  assert near_ties < len(sources) // 2
+  assert len(theirs[-2][1]) == 24 + module.options.max_decode_length_offset + 1
+  assert theirs[-1][2] == ours[-1][2] == ""
+  with pytest.raises(ValueError, match="--alignment_layer=2: this "
+                     "CTranslate2 export returns the attention of decoder "
+                     "layer 1 only"):
+    Scorer.from_export(path, True, 2).score(sources[:1], targets[:1])

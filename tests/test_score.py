@@ -1,6 +1,8 @@
 """Scoring given translations (forced decoding): the export's `score`
 signature gives the model's own teacher-forced log-probabilities, answers
-odd requests, and bin/score.py prints them for an export or a run."""
+odd requests, and bin/score.py prints them for an export or a run; the
+`forced_alignment` signature adds the teacher-forced attention word
+alignments are made of."""
 
 import numpy as np
 import pytest
@@ -9,7 +11,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 
 from tf_transformer.data import numbers
+from tf_transformer.decoding import alignment
 from tf_transformer.run import run_dir
+from tf_transformer.serving.scorer import Scorer
+from tf_transformer.special_ids import BOS_ID, EOS_ID
 from conftest import run_script
 from training_helpers import token_log_probs
 
@@ -88,6 +93,71 @@ def test_odd_requests_get_defined_answers(score):
                     target=tf.constant(["a", "b"]))
 
 
+def test_forced_alignment_is_the_teacher_forced_attention_of_the_target(
+    trained_numbers_run, exported, score):
+  """The `forced_alignment` signature: `score`'s outputs, and each decoder
+  layer's encoder-decoder attention averaged over its heads in the Keras
+  model's teacher-forced pass over the given target (within float32
+  rounding), whose argmax pairs are the alignment (unless a subword's two
+  most attended source pieces are within that rounding)."""
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  signature = tf.saved_model.load(exported).signatures["forced_alignment"]
+  sources, targets = SOURCES[:12], REFERENCES[:12]
+  out = {k: v.numpy() for k, v in signature(
+      source=tf.constant(sources), target=tf.constant(targets)).items()}
+  scored = score(sources, targets)
+  for key in ("log_prob", "token_log_probs", "lengths"):
+    np.testing.assert_allclose(out[key], scored[key], rtol=0, atol=1e-5)
+  layers = model.config.model.num_layers
+  assert out["cross_attention"].shape[:2] == (12, layers)
+  pairs = alignment.from_attention(out, layer=1)
+  # What bin/score.py --alignment prints: the same numbers and pairs.
+  from_scorer = Scorer.from_export(exported, True, 1).score(sources, targets)
+  assert [p for _, _, p in from_scorer] == pairs
+  np.testing.assert_allclose([t for t, _, _ in from_scorer],
+                             scored["log_prob"], rtol=0, atol=1e-5)
+  near_ties = 0
+  for row, (source, target) in enumerate(zip(sources, targets)):
+    source_ids = processor.encode(source) + [EOS_ID]
+    target_ids = processor.encode(target)
+    assert [t.decode() for t in out["target_tokens"][row] if t] == [
+        processor.id_to_piece(i) for i in target_ids] + ["</s>"]
+    weights = model.attention_weights(
+        tf.constant([source_ids]), tf.constant([[BOS_ID] + target_ids]))
+    for layer in range(layers):
+      want = weights["encoder_decoder"][layer][0].numpy().mean(axis=0)
+      got = out["cross_attention"][row, layer]
+      np.testing.assert_allclose(
+          got[:len(target_ids) + 1, :len(source_ids)], want, rtol=0,
+          atol=1e-5)
+      assert np.all(got[len(target_ids) + 1:] == 0)  # padding rows
+    first = out["cross_attention"][row, 0][:len(target_ids), :len(
+        source_ids) - 1]
+    top_two = np.sort(first, axis=1)[:, -2:]
+    if np.any(top_two[:, 1] - top_two[:, 0] < 1e-5):
+      near_ties += 1
+      continue
+    want_pairs = alignment.hard_alignment(
+        weights["encoder_decoder"][0][0].numpy().mean(axis=0),
+        [p.encode() for p in processor.encode(source, out_type=str)],
+        [p.encode() for p in processor.encode(target, out_type=str)])
+    assert pairs[row] == alignment.pharaoh(want_pairs), (source, target)
+  assert near_ties < len(sources) // 2
+  empty = {k: v.numpy() for k, v in signature(
+      source=tf.constant([], tf.string), target=tf.constant([], tf.string)
+  ).items()}
+  assert empty["cross_attention"].shape == (0, layers, 0, 0)
+  assert empty["source_tokens"].shape == (0, 0)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="source and target must hold as many strings"):
+    signature(source=tf.constant(["seven", "eight"]),
+              target=tf.constant(["sieben"]))
+  with pytest.raises(ValueError, match="--alignment_layer=3: the model's "
+                     "decoder has layers 1 to 2"):
+    Scorer.from_export(exported, True, 3).score(sources, targets)
+
+
 def _score_lines(*args):
   result = run_script("score.py", *args)
   assert result.returncode == 0, result.stderr[-2000:]
@@ -101,8 +171,10 @@ def test_bin_score_gives_the_same_for_the_export_and_the_run(
   target.write_text("".join(t + "\n" for t in REFERENCES[:6]),
                     encoding="utf-8")
   files = [f"--source={source}", f"--target={target}"]
-  from_export = _score_lines(f"--model={exported}", *files, "--tokens")
-  from_run = _score_lines(f"--model={trained_numbers_run}", *files)
+  from_export = _score_lines(f"--model={exported}", *files, "--tokens",
+                             "--alignment")
+  from_run = _score_lines(f"--model={trained_numbers_run}", *files,
+                          "--alignment")
   want = score(SOURCES[:6], REFERENCES[:6])
   assert len(from_export) == len(from_run) == 6
   for row, (fields, run_fields) in enumerate(zip(from_export, from_run)):
@@ -111,8 +183,15 @@ def test_bin_score_gives_the_same_for_the_export_and_the_run(
     values = [float(v) for v in fields[2].split()]
     assert len(values) == int(fields[1])
     assert sum(values) == pytest.approx(float(fields[0]), abs=1e-3)
-    assert len(run_fields) == 2
+    assert len(run_fields) == 3
     assert float(run_fields[0]) == pytest.approx(float(fields[0]), abs=1e-4)
+    # The alignment last: word pairs inside both lines, every target word
+    # aligned, the same from the export and the run (one float32 graph).
+    pairs = [tuple(map(int, p.split("-"))) for p in fields[3].split()]
+    assert all(0 <= s < len(SOURCES[row].split()) and
+               0 <= t < len(REFERENCES[row].split()) for s, t in pairs)
+    assert {t for _, t in pairs} == set(range(len(REFERENCES[row].split())))
+    assert run_fields[2] == fields[3]
 
 
 def test_bin_score_names_bad_input(exported, tmp_path):
@@ -128,3 +207,21 @@ def test_bin_score_names_bad_input(exported, tmp_path):
                       f"--source={source}", f"--target={source}")
   assert result.returncode == 1
   assert "neither a SavedModel version" in result.stderr
+  result = run_script("score.py", f"--model={exported}",
+                      f"--source={source}", f"--target={source}",
+                      "--alignment", "--alignment_layer=5")
+  assert result.returncode == 1
+  assert ("--alignment_layer=5: the model's decoder has layers 1 to 2"
+          in result.stderr), result.stderr[-2000:]
+
+
+def test_an_export_without_forced_alignment_is_asked_to_export_again(
+    trained_numbers_run, tmp_path):
+  from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
+  module = loading.translation_module(str(trained_numbers_run))
+  path = str(tmp_path / "before")
+  tf.saved_model.save(module, path, signatures={"score": module.score})
+  assert Scorer.from_export(path).score(["seven"], ["sieben"])[0][0] < 0
+  with pytest.raises(ValueError, match="has no forced_alignment signature "
+                     r"\(exported before it existed\): export it again"):
+    Scorer.from_export(path, alignment=True)

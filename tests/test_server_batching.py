@@ -90,10 +90,11 @@ def test_prefix_and_score_signatures_split_as_they_were_sent(loaded):
       {"text": _strings(FIRST), "prefix": _strings(["", "drei", ""])},
       {"text": _strings(SECOND), "prefix": _strings(["", "", "vier", ""])},
       "translation", "score")
-  _split_equals_alone(
-      loaded.signatures["score"],
-      {"source": _strings(FIRST), "target": _strings(TARGETS[:3])},
-      {"source": _strings(SECOND), "target": _strings(TARGETS[3:])})
+  for name in ("score", "forced_alignment"):
+    _split_equals_alone(
+        loaded.signatures[name],
+        {"source": _strings(FIRST), "target": _strings(TARGETS[:3])},
+        {"source": _strings(SECOND), "target": _strings(TARGETS[3:])})
 
 
 def test_ids_signature_splits_as_it_was_sent(loaded):

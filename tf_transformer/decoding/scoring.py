@@ -35,6 +35,20 @@ def token_log_probs(model, source_ids, labels):
   return tf.where(mask, picked, tf.zeros_like(picked))
 
 
+def target_labels(tokenizer, target, max_target_tokens):
+  """The ids a target string is scored (and force-aligned) as.
+
+  Args:
+    tokenizer: the target side's in-graph SentencePiece tokenizer.
+    target: [batch] strings.
+    max_target_tokens: the cut (the longest output the search gives).
+  Returns:
+    ragged [batch, (T)] int: the subwords, cut, then EOS.
+  """
+  return sequences.labels(
+      sequences.subwords(tokenizer, target)[:, :max_target_tokens])
+
+
 def score_texts(model, tokenizer, source, target, max_input_tokens,
                 max_target_tokens, target_tokenizer=None):
   """The log-probability of each target string given its source.
@@ -56,9 +70,8 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
   """
   source_ids = sequences.source_ids(tokenizer, source,
                                     max_input_tokens).to_tensor()
-  labels = sequences.labels(
-      sequences.subwords(target_tokenizer or tokenizer,
-                         target)[:, :max_target_tokens])
+  labels = target_labels(target_tokenizer or tokenizer, target,
+                         max_target_tokens)
   values = token_log_probs(model, source_ids, labels)
   return {"log_prob": tf.reduce_sum(values, axis=1),
           "token_log_probs": values,

@@ -453,14 +453,16 @@ def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
       model_dir, None, ensemble_average, shortlist=shortlist, **decoding))
 
 
-def open_scorer(model) -> Scorer:
-  """A `Scorer` (log P(target | source), teacher forced) over `model`: a
-  SavedModel version, a CTranslate2 directory, or a run (a directory with
-  config.json, its newest checkpoint). Raises FileNotFoundError or
-  ValueError."""
+def open_scorer(model, alignment=False, alignment_layer=None) -> Scorer:
+  """A `Scorer` (log P(target | source), teacher forced; with `alignment`
+  each pair's word alignment from decoder layer `alignment_layer`'s
+  attention) over `model`: a SavedModel version, a CTranslate2 directory,
+  or a run (a directory with config.json, its newest checkpoint). Raises
+  FileNotFoundError or ValueError."""
   if os.path.exists(os.path.join(model, run_dir.CONFIG)):
-    return Scorer.from_module(loading.translation_module(model))
-  return Scorer.from_export(model)
+    return Scorer.from_module(loading.translation_module(model), alignment,
+                              alignment_layer)
+  return Scorer.from_export(model, alignment, alignment_layer)
 
 
 def attention(sentence, model=None, model_dir=None) -> dict:

@@ -103,11 +103,12 @@ def define_flags():
   define_shortlist_flag()
 
 
-def define_alignment_flags(sources):
+def define_alignment_flags(sources, added="Append ' ||| ' and the word "
+                           "alignment to each translation"):
   """--alignment and --alignment_layer (bin/translate.py,
-  bin/serving_client.py); `sources`: what can align, for the help."""
-  flags.DEFINE_bool("alignment", False, "Append ' ||| ' and the word "
-                    "alignment to each translation: source-target word "
+  bin/serving_client.py, bin/score.py); `sources`: what can align, and
+  `added`: what --alignment adds to the output, for the help."""
+  flags.DEFINE_bool("alignment", False, f"{added}: source-target word "
                     "pairs (from 0) as '0-0 1-2', from the encoder-decoder "
                     f"attention ({sources}).")
   flags.DEFINE_integer("alignment_layer", None, "--alignment: the decoder "

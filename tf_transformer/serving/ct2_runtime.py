@@ -246,6 +246,19 @@ class CT2Decoder:
       [(translation, score, Pharaoh pairs "i-j")], one a text. Raises
       ValueError naming the flag where this export cannot give them.
     """
+    self._check_alignment_layer(layer)
+    aligned = []
+    for source, target, score, weights in self.best_with_attention(texts):
+      pairs = alignment_lib.hard_alignment(
+          weights, [p.encode("utf-8") for p in source],
+          [p.encode("utf-8") for p in target])
+      aligned.append((self.processor.decode(target), score,
+                      alignment_lib.pharaoh(pairs)))
+    return aligned
+
+  def _check_alignment_layer(self, layer):
+    """Raises ValueError naming the flag unless this export's attention
+    is decoder layer `layer`'s (None: whichever it kept)."""
     if self.alignment_layer is None:
       raise ValueError(f"--alignment: {self.path} was exported before "
                        "CTranslate2 exports kept the attention alignments "
@@ -256,14 +269,51 @@ class CT2Decoder:
           f"attention of decoder layer {self.alignment_layer} only "
           "(CTranslate2 keeps one layer's, chosen at export: bin/export.py "
           f"--format=ctranslate2 --alignment_layer={layer})")
-    aligned = []
-    for source, target, score, weights in self.best_with_attention(texts):
-      pairs = alignment_lib.hard_alignment(
-          weights, [p.encode("utf-8") for p in source],
-          [p.encode("utf-8") for p in target])
-      aligned.append((self.processor.decode(target), score,
-                      alignment_lib.pharaoh(pairs)))
-    return aligned
+
+  def forced_alignments(self, texts, targets, layer=None):
+    """Given translations' token log-probabilities and word alignments, as
+    the SavedModel's `forced_alignment` signature gives them: the
+    log-probabilities by `score_batch` (`token_log_probs`), the pairs from
+    `forced_attention`.
+
+    Args:
+      texts, targets: source and target strings, one target a text.
+      layer: as `aligned`'s.
+    Returns:
+      [([each target piece's and the EOS's log-prob], Pharaoh pairs)], one
+      a text.
+    """
+    self._check_alignment_layer(layer)
+    return [(values, alignment_lib.pharaoh(alignment_lib.hard_alignment(
+        weights, [p.encode("utf-8") for p in source],
+        [p.encode("utf-8") for p in target])))
+            for values, (source, target, weights) in zip(
+                self.token_log_probs(texts, targets),
+                self.forced_attention(texts, targets))]
+
+  def forced_attention(self, texts, targets):
+    """The export's alignment layer's attention, heads averaged, over given
+    targets: a greedy `translate_batch` forced through each target as its
+    prefix, whose rows at the prefix's pieces are the teacher-forced ones.
+
+    Args:
+      texts, targets: source and target strings, one target a text;
+        targets cut as `token_log_probs` cuts them.
+    Returns:
+      [(source pieces, target pieces, attention [T][S])], one a text: a
+      row for each target piece (none for its EOS), a column for each
+      source piece (none for the source EOS).
+    """
+    sources, prefixes = self.pieces(texts), self._target_pieces(targets)
+    if not sources:
+      return []
+    results = self.translator.translate_batch(
+        sources, target_prefix=prefixes, beam_size=1, return_attention=True,
+        max_input_length=0, min_decoding_length=0,
+        max_decoding_length=max(len(p) for p in prefixes) + 1,
+        use_vmap=self.use_vmap)
+    return [(source, prefix, result.attention[0][:len(prefix)])
+            for source, prefix, result in zip(sources, prefixes, results)]
 
   def best_with_attention(self, texts):
     """The same search as `nbest`, with CTranslate2's `return_attention`:
@@ -356,8 +406,12 @@ class CT2Decoder:
     Returns:
       Per text, log P(y_t | y_<t, X) of each target piece and of the EOS.
     """
-    longest = self.max_input_tokens + self.options.max_decode_length_offset
     results = self.translator.score_batch(
-        self.pieces(texts), [p[:longest] for p in self.processor.target(
-            targets)], max_input_length=0)
+        self.pieces(texts), self._target_pieces(targets), max_input_length=0)
     return [list(r.log_probs) for r in results]
+
+  def _target_pieces(self, targets):
+    """Each target's pieces, cut to the longest output the search gives, as
+    the SavedModel's `score` signature cuts them."""
+    longest = self.max_input_tokens + self.options.max_decode_length_offset
+    return [p[:longest] for p in self.processor.target(targets)]

@@ -88,6 +88,7 @@ def export(module: TranslationModule, export_dir: str) -> str:
         "serving_default": module.serve, "nbest": module.nbest,
         "ids": module.translate_ids, "attention": module.attention,
         "alignment": module.alignment, "score": module.score,
+        "forced_alignment": module.forced_alignment,
         "translate_with_prefix": module.translate_with_prefix})
   finally:
     absl_logger.setLevel(level)

@@ -1,11 +1,13 @@
 """Scoring lists of lines: the log-probability an export (its `score`
 signature, `decoding/scoring.py`), an in-process `TranslationModule` or a
-CTranslate2 export gives each target given its source; what bin/score.py
-prints."""
+CTranslate2 export gives each target given its source, and with
+`alignment` each pair's word alignment (the `forced_alignment` signature,
+`decoding/alignment.py`); what bin/score.py prints."""
 
 import numpy as np
 import tensorflow as tf
 
+from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving.translator import string_batch
 
@@ -13,27 +15,38 @@ from tf_transformer.serving.translator import string_batch
 class Scorer:
   """`score(sources, targets) -> [(log_prob, [token log-probs])]` over an
   export's `score` signature, an in-process module's, or CTranslate2; built
-  by `from_export` or `from_module`.
+  by `from_export` or `from_module`. With `alignment`, each result has a
+  third item, the pair's word alignment (Pharaoh "i-j" pairs).
 
   Args:
-    batch_fn: (sources, targets) -> [(log_prob, [token log-probs])].
+    batch_fn: (sources, targets) -> [(log_prob, [token log-probs])], or
+      with alignments [(log_prob, [token log-probs], pairs)].
   """
 
   def __init__(self, batch_fn):
     self._batch_fn = batch_fn  # (sources, targets) -> [(total, tokens)]
 
   @classmethod
-  def from_export(cls, path):
+  def from_export(cls, path, alignment=False, alignment_layer=None):
     """A scorer over an export.
 
     Args:
       path: a SavedModel version or a CTranslate2 directory (bin/export.py).
+      alignment: also align each pair's words.
+      alignment_layer: the decoder layer (from 1) whose attention, heads
+        averaged, aligns them; None: the last (a CTranslate2 export's:
+        its own).
     Returns:
       The `Scorer`; FileNotFoundError naming `path` where it is neither,
-      ValueError where the export has no `score` signature.
+      ValueError where the export lacks the signature (or CTranslate2
+      attention) it needs.
     """
     if ct2_runtime.is_ct2_model(path):
       decoder = ct2_runtime.CT2Decoder(path)
+      if alignment:
+        return cls(lambda s, t: [
+            (float(np.sum(v)), list(v), pairs)
+            for v, pairs in decoder.forced_alignments(s, t, alignment_layer)])
       return cls(lambda s, t: [(float(np.sum(v)), list(v))
                                for v in decoder.token_log_probs(s, t)])
     if not tf.saved_model.contains_saved_model(path):
@@ -43,22 +56,27 @@ class Scorer:
           "directory (config.json)")
     import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
     loaded = tf.saved_model.load(path)
-    if "score" not in loaded.signatures:
-      raise ValueError(f"{path} has no score signature (exported before "
-                       "scoring existed): export it again")
-    return cls(_rows(loaded.signatures["score"]))
+    name = "forced_alignment" if alignment else "score"
+    if name not in loaded.signatures:
+      raise ValueError(f"{path} has no {name} signature (exported before "
+                       "it existed): export it again")
+    return cls(_rows(loaded.signatures[name], alignment, alignment_layer))
 
   @classmethod
-  def from_module(cls, module):
+  def from_module(cls, module, alignment=False, alignment_layer=None):
     """A scorer over a `TranslationModule` run in-process (a run's
     checkpoint).
 
     Args:
       module: the `TranslationModule`.
+      alignment, alignment_layer: as `from_export`'s.
     Returns:
       The `Scorer`.
     """
     # The closure holds the module: its tf.functions hold it only weakly.
+    if alignment:
+      return cls(_rows(lambda **tensors: module.forced_alignment(**tensors),
+                       True, alignment_layer))
     return cls(_rows(lambda **tensors: module.score(**tensors)))
 
   def score(self, sources, targets, batch_size=32, progress=None):
@@ -84,28 +102,36 @@ class Scorer:
     return results
 
 
-def _rows(score_fn):
-  """A `Scorer` batch function over a `score` signature's function."""
+def _rows(score_fn, alignment=False, alignment_layer=None):
+  """A `Scorer` batch function over a `score` (or, with `alignment`,
+  `forced_alignment`) signature's function."""
   def batch(sources, targets):
-    out = score_fn(source=string_batch(sources), target=string_batch(targets))
-    totals, values = out["log_prob"].numpy(), out["token_log_probs"].numpy()
-    return [(float(total), [float(v) for v in row[:length]])
-            for total, row, length in zip(totals, values,
-                                          out["lengths"].numpy())]
+    out = {key: value.numpy() for key, value in score_fn(
+        source=string_batch(sources), target=string_batch(targets)).items()}
+    rows = [(float(total), [float(v) for v in row[:length]])
+            for total, row, length in zip(
+                out["log_prob"], out["token_log_probs"], out["lengths"])]
+    if not alignment:
+      return rows
+    pairs = alignment_lib.from_attention(out, alignment_layer)
+    return [row + (p,) for row, p in zip(rows, pairs)]
   return batch
 
 
-def output_line(log_prob, token_log_probs, with_tokens=False):
+def output_line(log_prob, token_log_probs, with_tokens=False, pairs=None):
   """bin/score.py's line for one pair.
 
   Args:
     log_prob: log P(target | source).
     token_log_probs: each scored token's log-probability.
     with_tokens: also print those.
+    pairs: the word alignment (Pharaoh pairs), printed last; None: none.
   Returns:
-    `LOG_PROB<TAB>TOKENS[<TAB>per-token values]`.
+    `LOG_PROB<TAB>TOKENS[<TAB>per-token values][<TAB>alignment]`.
   """
   fields = [f"{log_prob:.4f}", str(len(token_log_probs))]
   if with_tokens:
     fields.append(" ".join(f"{v:.4f}" for v in token_log_probs))
+  if pairs is not None:
+    fields.append(pairs)
   return "\t".join(fields)

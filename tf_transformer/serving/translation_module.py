@@ -33,6 +33,9 @@ Functions (each a `tf.function` with an input signature):
   padding) and lengths [batch] (`decoding/scoring.py`); targets are cut to
   `max_input_tokens` + `max_decode_length_offset` subwords, the longest
   output the search gives;
+- `forced_alignment`: source, target -> `score`'s outputs with
+  `alignment`'s source_tokens, target_tokens and cross_attention, teacher
+  forced over each given target: word alignments of given translations;
 - `source_ids`: text -> the EOS-terminated, PAD-padded ids the others
   search from (what `translate_ids` takes);
 - `count_input_tokens`: each text's subwords before the cut, and the limit.
@@ -186,30 +189,39 @@ class TranslationModule(tf.Module):
       source_ids = self._encode(text)
       target_ids, scores = self._search(source_ids)
       target_ids = _trim_padding(target_ids[:, 0])
-      attention = self.model.attention_weights(
-          source_ids, sequences.decoder_input(target_ids))
-      # Rows of padding queries are 0, as a lone request's absent rows are
-      # (TF Serving's batching pads a request to its batch's longest).
-      queries = {"encoder_self": source_ids, "decoder_self": target_ids,
-                 "encoder_decoder": target_ids}
-      stacked = []
-      for kind in kinds:
-        stack = tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
-        if heads_averaged:
-          stack = tf.reduce_mean(stack, axis=2)
-        real = tf.cast(queries[kind] != PAD_ID, tf.float32)
-        real = (real[:, tf.newaxis, :, tf.newaxis] if heads_averaged else
-                real[:, tf.newaxis, tf.newaxis, :, tf.newaxis])
-        stacked.append(stack * real)
       return (self.tokenizer.detokenize(target_ids), scores[:, 0],
-              self._pieces(source_ids), self._pieces(target_ids),
-              *stacked)
+              *self._teacher_forced(source_ids, target_ids, kinds,
+                                    heads_averaged))
+    empty = (tf.zeros([0], tf.string), tf.zeros([0]),
+             *self._no_attention(kinds, heads_averaged))
+    return self._if_not_empty(text, weights, empty)
+
+  def _teacher_forced(self, source_ids, target_ids, kinds, heads_averaged):
+    """Both sides' tokens and `kinds` of attention (as `_attention`'s) of a
+    teacher-forced pass over `target_ids` (EOS-terminated, PAD-padded)."""
+    attention = self.model.attention_weights(
+        source_ids, sequences.decoder_input(target_ids))
+    # Rows of padding queries are 0, as a lone request's absent rows are
+    # (TF Serving's batching pads a request to its batch's longest).
+    queries = {"encoder_self": source_ids, "decoder_self": target_ids,
+               "encoder_decoder": target_ids}
+    stacked = []
+    for kind in kinds:
+      stack = tf.cast(tf.stack(attention[kind], axis=1), tf.float32)
+      if heads_averaged:
+        stack = tf.reduce_mean(stack, axis=2)
+      real = tf.cast(queries[kind] != PAD_ID, tf.float32)
+      real = (real[:, tf.newaxis, :, tf.newaxis] if heads_averaged else
+              real[:, tf.newaxis, tf.newaxis, :, tf.newaxis])
+      stacked.append(stack * real)
+    return (self._pieces(source_ids), self._pieces(target_ids), *stacked)
+
+  def _no_attention(self, kinds, heads_averaged):
+    """`_teacher_forced`'s outputs for an empty batch."""
     layers = self.model.config.model.num_layers
     heads = [] if heads_averaged else [self.model.config.model.num_heads]
-    empty = (tf.zeros([0], tf.string), tf.zeros([0]),
-             tf.zeros([0, 0], tf.string), tf.zeros([0, 0], tf.string)) + tuple(
-                 tf.zeros([0, layers, *heads, 0, 0]) for _ in kinds)
-    return self._if_not_empty(text, weights, empty)
+    return (tf.zeros([0, 0], tf.string), tf.zeros([0, 0], tf.string)) + tuple(
+        tf.zeros([0, layers, *heads, 0, 0]) for _ in kinds)
 
   def _pieces(self, ids):
     return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
@@ -331,6 +343,42 @@ class TranslationModule(tf.Module):
     return self._if_not_empty(source, lambda: scoring.score_texts(
         self.model, self.tokenizer, source, target, self.max_input_tokens,
         self.max_output_tokens, self.target_tokenizer), empty)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2,
+               autograph=False)
+  def forced_alignment(self, source, target):
+    """Word alignments of given translations (what `marian-scorer
+    --alignment` gives): `score`'s outputs, and `alignment`'s tokens and
+    cross_attention from a teacher-forced pass over each target, cut as
+    `score` cuts it.
+
+    Args:
+      source, target: [batch] strings.
+    Returns:
+      {"log_prob", "token_log_probs", "lengths" (as `score`'s),
+      "source_tokens" [batch, S], "target_tokens" [batch, T] (pieces, ""
+      as padding, each target ending with "</s>"), "cross_attention"
+      [batch, layers, T, S] float32, heads averaged}.
+    """
+    source, target = _same_size(
+        _checked(source), _checked(target),
+        "forced_alignment: source and target must hold as many strings")
+    names = ("log_prob", "token_log_probs", "lengths", "source_tokens",
+             "target_tokens", "cross_attention")
+
+    def aligned():
+      scored = scoring.score_texts(
+          self.model, self.tokenizer, source, target, self.max_input_tokens,
+          self.max_output_tokens, self.target_tokenizer)
+      target_ids = scoring.target_labels(
+          self.target_tokenizer, target, self.max_output_tokens).to_tensor()
+      return (scored["log_prob"], scored["token_log_probs"],
+              scored["lengths"], *self._teacher_forced(
+                  self._encode(source), target_ids, ("encoder_decoder",),
+                  heads_averaged=True))
+    empty = (tf.zeros([0]), tf.zeros([0, 0]), tf.zeros([0], tf.int32),
+             *self._no_attention(("encoder_decoder",), heads_averaged=True))
+    return dict(zip(names, self._if_not_empty(source, aligned, empty)))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
                autograph=False)
