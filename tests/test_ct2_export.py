@@ -224,6 +224,15 @@ def test_scripts_take_either_export(trained, tmp_path):
   assert result.stdout.splitlines() == [
       f"{text} ||| {pairs}" for text, _, pairs in Translator.from_export(
           str(ct2_dir)).translate_aligned(list(SOURCES[:5]))]
+  # bin/score.py takes it too (its config.json is CTranslate2's, not a
+  # run's): the scorer's numbers and pairs, one line a pair.
+  result = run_script("score.py", f"--model={ct2_dir}", f"--source={source}",
+                      f"--target={reference}", "--alignment")
+  assert result.returncode == 0, result.stderr[-2000:]
+  want = Scorer.from_export(str(ct2_dir), alignment=True).score(
+      list(SOURCES[:40]), list(REFERENCES[:40]))
+  assert result.stdout.splitlines() == [
+      f"{total:.4f}\t{len(values)}\t{pairs}" for total, values, pairs in want]
 
   neither = run_script("translate.py", f"--model={tmp_path}",
                        input_text="seven\n")

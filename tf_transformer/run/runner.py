@@ -40,6 +40,7 @@ from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import loading
 from tf_transformer.run import run_dir
 from tf_transformer.serving import ct2_export
+from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
@@ -459,7 +460,9 @@ def open_scorer(model, alignment=False, alignment_layer=None) -> Scorer:
   attention) over `model`: a SavedModel version, a CTranslate2 directory,
   or a run (a directory with config.json, its newest checkpoint). Raises
   FileNotFoundError or ValueError."""
-  if os.path.exists(os.path.join(model, run_dir.CONFIG)):
+  # (A CTranslate2 directory has a config.json of its own.)
+  if (os.path.exists(os.path.join(model, run_dir.CONFIG))
+      and not ct2_runtime.is_ct2_model(model)):
     return Scorer.from_module(loading.translation_module(model), alignment,
                               alignment_layer)
   return Scorer.from_export(model, alignment, alignment_layer)
