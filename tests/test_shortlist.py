@@ -278,3 +278,15 @@ def test_ctranslate2_export_writes_the_table_as_its_vmap(
              for hypothesis in result.hypotheses for p in hypothesis}
   assert outputs and outputs <= allowed
   assert len(allowed) < vocab.vocab_size
+  # Scoring and aligning given targets: references with pieces outside the
+  # map (which the forced pass decodes with) get what an export without it
+  # gives, to float32 rounding.
+  references = [t for _, t in numbers.generate({"test": 12}, seed=9)["test"]]
+  assert {p for t in decoder.processor.target(references) for p in t} - allowed
+  plain = ct2_runtime.CT2Decoder(Runner(str(directory)).export(
+      str(tmp_path / "ct2_plain"), format="ctranslate2"))
+  for (values, pairs), (want, want_pairs) in zip(
+      decoder.forced_alignments(SOURCES, references),
+      plain.forced_alignments(SOURCES, references)):
+    np.testing.assert_allclose(values, want, rtol=0, atol=1e-5)
+    assert pairs == want_pairs

@@ -247,14 +247,10 @@ class CT2Decoder:
       ValueError naming the flag where this export cannot give them.
     """
     self._check_alignment_layer(layer)
-    aligned = []
-    for source, target, score, weights in self.best_with_attention(texts):
-      pairs = alignment_lib.hard_alignment(
-          weights, [p.encode("utf-8") for p in source],
-          [p.encode("utf-8") for p in target])
-      aligned.append((self.processor.decode(target), score,
-                      alignment_lib.pharaoh(pairs)))
-    return aligned
+    return [(self.processor.decode(target), score,
+             _pairs(source, target, weights))
+            for source, target, score, weights in self.best_with_attention(
+                texts)]
 
   def _check_alignment_layer(self, layer):
     """Raises ValueError naming the flag unless this export's attention
@@ -284,9 +280,7 @@ class CT2Decoder:
       a text.
     """
     self._check_alignment_layer(layer)
-    return [(values, alignment_lib.pharaoh(alignment_lib.hard_alignment(
-        weights, [p.encode("utf-8") for p in source],
-        [p.encode("utf-8") for p in target])))
+    return [(values, _pairs(source, target, weights))
             for values, (source, target, weights) in zip(
                 self.token_log_probs(texts, targets),
                 self.forced_attention(texts, targets))]
@@ -295,6 +289,8 @@ class CT2Decoder:
     """The export's alignment layer's attention, heads averaged, over given
     targets: a greedy `translate_batch` forced through each target as its
     prefix, whose rows at the prefix's pieces are the teacher-forced ones.
+    With a shortlist's vocabulary map, as the export's searches run (the
+    forced pieces need not be in it; the attention does not depend on it).
 
     Args:
       texts, targets: source and target strings, one target a text;
@@ -415,3 +411,11 @@ class CT2Decoder:
     the SavedModel's `score` signature cuts them."""
     longest = self.max_input_tokens + self.options.max_decode_length_offset
     return [p[:longest] for p in self.processor.target(targets)]
+
+
+def _pairs(source, target, weights):
+  """One sentence's Pharaoh word pairs from its pieces (str) and attention
+  rows (`decoding/alignment.hard_alignment`)."""
+  return alignment_lib.pharaoh(alignment_lib.hard_alignment(
+      weights, [p.encode("utf-8") for p in source],
+      [p.encode("utf-8") for p in target]))
