@@ -19,6 +19,7 @@ def _cores_per_worker():
 # two, and the suite took 8% longer (docs/design.md, "The test suite's time").
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_cores_per_worker()))
 
+from absl import logging as absl_logging  # noqa: E402
 import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -36,8 +37,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(autouse=True)
 def _seed():
   keras.utils.set_random_seed(1234)
+  # tf.saved_model.save pins absl's logger at an explicit level (WARNING):
+  # a test that saves would hide the INFO lines later tests read.
+  absl_level = absl_logging.get_absl_logger().level
   yield
   keras.mixed_precision.set_global_policy("float32")
+  absl_logging.get_absl_logger().setLevel(absl_level)
 
 
 def run_script(name, *args, timeout=600, input_text=None, env=None):
