@@ -72,6 +72,20 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
                                     max_input_tokens).to_tensor()
   labels = target_labels(target_tokenizer or tokenizer, target,
                          max_target_tokens)
+  return score_ids(model, source_ids, labels)
+
+
+def score_ids(model, source_ids, labels):
+  """`score_texts` on ids already cut: what the export's `score` and
+  `forced_alignment` signatures return.
+
+  Args:
+    model: a `Transformer` or an `Ensemble`.
+    source_ids: [batch, S], EOS-terminated, PAD-padded.
+    labels: ragged [batch, (T)] ids ending in EOS (`target_labels`).
+  Returns:
+    `score_texts`'s dict.
+  """
   values = token_log_probs(model, source_ids, labels)
   return {"log_prob": tf.reduce_sum(values, axis=1),
           "token_log_probs": values,

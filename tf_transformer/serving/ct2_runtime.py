@@ -280,10 +280,12 @@ class CT2Decoder:
       a text.
     """
     self._check_alignment_layer(layer)
+    # Each side tokenized once, for the scores and the attention alike.
+    sources, prefixes = self.pieces(texts), self._target_pieces(targets)
     return [(values, _pairs(source, target, weights))
             for values, (source, target, weights) in zip(
-                self.token_log_probs(texts, targets),
-                self.forced_attention(texts, targets))]
+                self._scored(sources, prefixes),
+                self._forced(sources, prefixes))]
 
   def forced_attention(self, texts, targets):
     """The export's alignment layer's attention, heads averaged, over given
@@ -300,7 +302,10 @@ class CT2Decoder:
       row for each target piece (none for its EOS), a column for each
       source piece (none for the source EOS).
     """
-    sources, prefixes = self.pieces(texts), self._target_pieces(targets)
+    return self._forced(self.pieces(texts), self._target_pieces(targets))
+
+  def _forced(self, sources, prefixes):
+    """`forced_attention` of source and target pieces, both already cut."""
     if not sources:
       return []
     results = self.translator.translate_batch(
@@ -402,8 +407,12 @@ class CT2Decoder:
     Returns:
       Per text, log P(y_t | y_<t, X) of each target piece and of the EOS.
     """
-    results = self.translator.score_batch(
-        self.pieces(texts), self._target_pieces(targets), max_input_length=0)
+    return self._scored(self.pieces(texts), self._target_pieces(targets))
+
+  def _scored(self, sources, targets):
+    """`token_log_probs` of source and target pieces, both already cut."""
+    results = self.translator.score_batch(sources, targets,
+                                          max_input_length=0)
     return [list(r.log_probs) for r in results]
 
   def _target_pieces(self, targets):

@@ -367,14 +367,14 @@ class TranslationModule(tf.Module):
              "target_tokens", "cross_attention")
 
     def aligned():
-      scored = scoring.score_texts(
-          self.model, self.tokenizer, source, target, self.max_input_tokens,
-          self.max_output_tokens, self.target_tokenizer)
-      target_ids = scoring.target_labels(
-          self.target_tokenizer, target, self.max_output_tokens).to_tensor()
+      # Each side tokenized once, for the scores and the attention alike.
+      source_ids = self._encode(source)
+      labels = scoring.target_labels(self.target_tokenizer, target,
+                                     self.max_output_tokens)
+      scored = scoring.score_ids(self.model, source_ids, labels)
       return (scored["log_prob"], scored["token_log_probs"],
               scored["lengths"], *self._teacher_forced(
-                  self._encode(source), target_ids, ("encoder_decoder",),
+                  source_ids, labels.to_tensor(), ("encoder_decoder",),
                   heads_averaged=True))
     empty = (tf.zeros([0]), tf.zeros([0, 0]), tf.zeros([0], tf.int32),
              *self._no_attention(("encoder_decoder",), heads_averaged=True))
