@@ -73,6 +73,16 @@ def trained_numbers_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def untrained_export(tmp_path_factory):
+  """(run directory, its export's version folder) of an untrained tiny
+  model, exported by bin/export.py with --max_length_offset=8, once per test
+  process: the export that translation, plotting and serving tests share
+  (their module fixtures had each made one, in each process they ran in)."""
+  from training_helpers import write_run_and_export  # pylint: disable=g-import-not-at-top
+  return write_run_and_export(tmp_path_factory, max_length_offset=8)
+
+
+@pytest.fixture(scope="session")
 def trained_export(trained_numbers_run, tmp_path_factory):
   """`trained_numbers_run` exported as a SavedModel version (beam 4, an
   input limit of 24 subwords, above the numbers' longest 18, and outputs of

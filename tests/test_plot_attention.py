@@ -7,14 +7,13 @@ import tensorflow as tf
 
 from tf_transformer import plots
 from conftest import run_script
-from training_helpers import write_run_and_export
 
 SENTENCE = "four hundred and twenty-one"
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-  return write_run_and_export(tmp_path_factory, max_length_offset=4)
+def models(untrained_export):
+  return untrained_export
 
 
 def _image(path):

@@ -25,15 +25,14 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 from tf_transformer.serving import client
 from tf_transformer.serving.translator import Translator
 from conftest import run_script
-from training_helpers import write_run_and_export
 
 TEXTS = ["four hundred and twenty-one", "seven", ""]
 
 
 @pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
+def saved_model(untrained_export):
   """The export, loaded; its directory as `.path`."""
-  _, exported = write_run_and_export(tmp_path_factory, max_length_offset=6)
+  _, exported = untrained_export
   loaded = tf.saved_model.load(str(exported))
   loaded.path = str(exported)
   return loaded

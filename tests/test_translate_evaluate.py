@@ -12,14 +12,14 @@ from tf_transformer.serving.translator import Translator
 from tf_transformer.decoding.text import length_batches
 from tf_transformer.serving.output import one_line
 from conftest import run_script
-from training_helpers import write_run_and_export
 
 SOURCES = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-  return write_run_and_export(tmp_path_factory, max_length_offset=8)
+def models(untrained_export):
+  """(run directory, export) of an untrained model; outputs of input + 8."""
+  return untrained_export
 
 
 @pytest.fixture(scope="module")
