@@ -28,15 +28,31 @@ flags.DEFINE_string("last_step", None, "Average the newest checkpoints saved "
 flags.mark_flags_as_required(["model_dir", "output_dir"])
 
 
+def last_step(value):
+  """--last_step as given: None, a step (int) or "best"; ValueError else."""
+  if value is None or value == "best":
+    return value
+  try:
+    return int(value)
+  except ValueError:
+    raise ValueError(f"--last_step={value}: expected a step (an integer) "
+                     "or 'best'") from None
+
+
 def main(argv):
   del argv
+  try:  # before TensorFlow's import
+    bound = last_step(FLAGS.last_step)
+  except ValueError as e:
+    print(f"average_checkpoints: error: {e}", file=sys.stderr)
+    return 1
+  command.import_tensorflow_quietly()
   # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
   from tf_transformer.run.runner import Runner
   from tf_transformer.training.checkpoints import CheckpointError
   try:
     averaged = Runner(FLAGS.model_dir).average(
-        FLAGS.num_checkpoints, FLAGS.output_dir,
-        last_step=_last_step(FLAGS.last_step, FLAGS.model_dir))
+        FLAGS.num_checkpoints, FLAGS.output_dir, last_step=bound)
   except (CheckpointError, FileNotFoundError) as e:
     print(f"average_checkpoints: error: {e}", file=sys.stderr)
     return 1
@@ -46,27 +62,5 @@ def main(argv):
   return 0
 
 
-def _last_step(value, model_dir):
-  """--last_step as a step (None: no bound). Raises CheckpointError."""
-  # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
-  from tf_transformer.training import best as best_lib
-  from tf_transformer.training.checkpoints import CheckpointError
-  if value is None:
-    return None
-  if value == "best":
-    best = best_lib.read_best(model_dir)
-    if not best:
-      raise CheckpointError(
-          f"--last_step=best: {model_dir} has no best checkpoint (best/"
-          f"{best_lib.BEST_FILE}); it is kept by dev evaluations "
-          "(bin/train.py --eval_every_steps)")
-    return best["step"]
-  try:
-    return int(value)
-  except ValueError:
-    raise CheckpointError(f"--last_step={value}: expected a step (an "
-                          "integer) or 'best'") from None
-
-
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, tensorflow=False)

@@ -11,10 +11,13 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import REPO, run_script
+from tf_transformer.run.runner import Runner
 from tf_transformer.training import schedule
+from tf_transformer.training.checkpoints import CheckpointError
 
 TINY = ["--config=tiny", "--dataset=numbers", "--numbers_train_size=300",
         "--vocab_size=400", "--max_length=32", "--batch_tokens=512",
@@ -163,34 +166,32 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
                        f"--output_dir={tmp_path / 'avg5'}")
   assert refused.returncode == 1
   assert "fewer than --num_checkpoints=5" in refused.stderr
-  # --last_step: the newest at or before a step, or the best evaluation's.
-  bounded = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
-                       "--num_checkpoints=2", "--last_step=5",
-                       f"--output_dir={tmp_path / 'avg_5'}")
-  assert bounded.returncode == 0, bounded.stderr
-  assert "averaged 2 checkpoints: ckpt-3, ckpt-4" in bounded.stdout
+  latest = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
+                      "--num_checkpoints=2", "--last_step=latest",
+                      f"--output_dir={tmp_path / 'avg_refused'}")
+  assert latest.returncode == 1
+  assert "--last_step=latest: expected a step (an integer) or 'best'" in (
+      latest.stderr)
+  assert not (tmp_path / "avg_refused").exists()
+  # --last_step: the newest at or before a step, or the best evaluation's
+  # (the command passes it on to Runner.average, called here in process).
+  runner = Runner(str(model_dir))
+  bounded = runner.average(2, str(tmp_path / "avg_5"), last_step=5)
+  assert [os.path.basename(p) for p in bounded.checkpoints] == [
+      "ckpt-3", "ckpt-4"]
   best_step = json.loads((model_dir / "best" / "best.json").read_text())[
       "step"]
-  at_best = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
-                       "--num_checkpoints=1", "--last_step=best",
-                       f"--output_dir={tmp_path / 'avg_best'}")
-  assert at_best.returncode == 0, at_best.stderr
-  assert f"averaged 1 checkpoints: ckpt-{best_step}" in at_best.stdout
-  for last_step, error in (
-      ("3", "has 1 checkpoint(s) at or before step 3, fewer than "
-            "--num_checkpoints=2"),
-      ("latest", "--last_step=latest: expected a step (an integer) or "
-                 "'best'")):
-    refused = run_script("average_checkpoints.py", f"--model_dir={model_dir}",
-                         "--num_checkpoints=2", f"--last_step={last_step}",
-                         f"--output_dir={tmp_path / 'avg_refused'}")
-    assert refused.returncode == 1 and error in refused.stderr, refused.stderr
-  no_best = run_script("average_checkpoints.py",
-                       f"--model_dir={tmp_path / 'avg'}", "--num_checkpoints=1",
-                       "--last_step=best", f"--output_dir={tmp_path / 'x'}")
-  assert no_best.returncode == 1
-  assert f"--last_step=best: {tmp_path / 'avg'} has no best checkpoint" in (
-      no_best.stderr)
+  at_best = runner.average(1, str(tmp_path / "avg_best"), last_step="best")
+  assert [os.path.basename(p) for p in at_best.checkpoints] == [
+      f"ckpt-{best_step}"]
+  with pytest.raises(CheckpointError, match=re.escape(
+      "has 1 checkpoint(s) at or before step 3, fewer than "
+      "--num_checkpoints=2")):
+    runner.average(2, str(tmp_path / "avg_refused"), last_step=3)
+  with pytest.raises(CheckpointError, match=re.escape(
+      f"--last_step=best: {tmp_path / 'avg'} has no best checkpoint")):
+    Runner(str(tmp_path / "avg")).average(1, str(tmp_path / "x"),
+                                          last_step="best")
 
 
 def test_flag_errors_are_clear(tmp_path):

@@ -49,6 +49,7 @@ from tf_transformer.training import precision
 from tf_transformer.training import evaluator
 from tf_transformer.training import trainer as trainer_lib
 from tf_transformer.training.checkpoints import average_checkpoints
+from tf_transformer.training.checkpoints import CheckpointError
 
 STATS_FILE = "data_stats.json"
 # Trainers stopped by a signal, never freed (`Runner.train`).
@@ -313,9 +314,18 @@ class Runner:
 
   def average(self, num_checkpoints, output_dir, last_step=None) -> Averaged:
     """Averages the model variables of the last `num_checkpoints` (section
-    6.1; with `last_step`, the last at or before that step) into
-    `output_dir`, a model directory export and translate take. Raises
-    CheckpointError or FileNotFoundError."""
+    6.1; with `last_step`, the last at or before that step, or "best": the
+    step of the run's best dev evaluation) into `output_dir`, a model
+    directory export and translate take. Raises CheckpointError or
+    FileNotFoundError."""
+    if last_step == "best":
+      best = best_lib.read_best(self.model_dir)
+      if not best:
+        raise CheckpointError(
+            f"--last_step=best: {self.model_dir} has no best checkpoint "
+            f"({best_lib.BEST_DIR}/{best_lib.BEST_FILE}); it is kept by dev "
+            "evaluations (bin/train.py --eval_every_steps)")
+      last_step = best["step"]
     model = build_model(run_dir.load_config(self.model_dir))
     path, averaged = average_checkpoints(model, self.model_dir,
                                          num_checkpoints, output_dir,
