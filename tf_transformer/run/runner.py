@@ -318,6 +318,7 @@ class Runner:
     step of the run's best dev evaluation) into `output_dir`, a model
     directory export and translate take. Raises CheckpointError or
     FileNotFoundError."""
+    config = run_dir.load_config(self.model_dir)
     if last_step == "best":
       best = best_lib.read_best(self.model_dir)
       if not best:
@@ -326,7 +327,7 @@ class Runner:
             f"({best_lib.BEST_DIR}/{best_lib.BEST_FILE}); it is kept by dev "
             "evaluations (bin/train.py --eval_every_steps)")
       last_step = best["step"]
-    model = build_model(run_dir.load_config(self.model_dir))
+    model = build_model(config)
     path, averaged = average_checkpoints(model, self.model_dir,
                                          num_checkpoints, output_dir,
                                          last_step=last_step)
