@@ -64,6 +64,11 @@ def test_help_lists_the_flags_without_tensorflow(script):
 
 @pytest.mark.parametrize("script,args,message", [
     ("translate.py", ["--beam_size=0"], "--beam_size"),
+    ("translate.py", ["--decoding=sample", "--temperature=0"],
+     "--temperature=0.0: must be > 0"),
+    ("translate.py", ["--top_k=-1"], "--top_k"),
+    ("export.py", ["--model_dir=/nonexistent/run", "--export_dir=/n/e",
+                   "--num_samples=0"], "--num_samples"),
     ("translate.py", ["--alignment_layer=2"], "--alignment_layer is read "
      "only with --alignment"),
     ("evaluate.py", ["--source=a.txt"], "--reference"),

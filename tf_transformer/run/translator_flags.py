@@ -27,10 +27,14 @@ def define_decoding_flags():
                        lower_bound=1)
   flags.DEFINE_float("temperature", None, "Sampling: softmax temperature "
                      "(default 1).")
+  # The bounds DecodingOptions checks, here too: refused before TensorFlow.
+  flags.register_validator("temperature", lambda t: t is None or t > 0,
+                           "must be > 0")
   flags.DEFINE_integer("top_k", None, "Sampling: draw from the k most "
-                       "likely tokens only (default 0 = all).")
+                       "likely tokens only (default 0 = all).", lower_bound=0)
   flags.DEFINE_integer("num_samples", None, "Sampling: hypotheses drawn per "
-                       "sentence, returned best first (default 1).")
+                       "sentence, returned best first (default 1).",
+                       lower_bound=1)
   flags.DEFINE_integer("sampling_seed", None, "Sampling: a seed for "
                        "reproducible draws (default: new draws each call).")
 
