@@ -87,6 +87,27 @@ def test_each_step_combines_the_members_distributions(average):
   assert ids.shape[:2] == (2, 4) and np.all(np.isfinite(scores))
 
 
+def test_one_pass_gives_the_logits_and_the_attention_of_two():
+  """`logits_and_attention` (the export's forced alignment) of a model, an
+  ensemble of members of one shape (attention averaged) and one of other
+  shapes (the lead's attention): the teacher-forced call's logits and
+  `attention_weights`' distributions, within float32 rounding."""
+  target_in = tf.constant([[BOS_ID, 5, 6, 9], [BOS_ID, 7, PAD_ID, PAD_ID]])
+  small = "num_layers=1,d_model=32,num_heads=2,d_k=16,d_v=16,d_ff=64"
+  for model in (_model(1), Ensemble([_model(1), _model(2)]),
+                Ensemble([_model(1), _model(2, small)], "probs")):
+    logits, attention = model.logits_and_attention(SOURCE, target_in)
+    np.testing.assert_allclose(logits, model((SOURCE, target_in)),
+                               rtol=0, atol=1e-5)
+    expected = model.attention_weights(SOURCE, target_in)
+    assert set(attention) == set(expected) == {
+        "encoder_self", "decoder_self", "encoder_decoder"}
+    for kind, layers in expected.items():
+      assert len(attention[kind]) == len(layers) == 2  # the lead's depth
+      for got, want in zip(attention[kind], layers):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
 def test_members_of_another_vocabulary_are_refused(tmp_path):
   with pytest.raises(ValueError, match="vocabularies differ in size"):
     Ensemble([_model(1), _model(2, "vocab_size=50")])

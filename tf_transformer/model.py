@@ -202,13 +202,25 @@ class Transformer(keras.Model):
       layer [batch, heads, T, T], "encoder_decoder": per layer [batch, heads,
       T, S]}.
     """
+    return self.logits_and_attention(source_ids, target_input_ids)[1]
+
+  def logits_and_attention(self, source_ids, target_input_ids):
+    """One teacher-forced pass (inference): the logits and every attention
+    distribution behind them, for scores and alignments of given targets.
+
+    Args:
+      source_ids: [batch, S] int.
+      target_input_ids: [batch, T] int.
+    Returns:
+      (float32 logits [batch, T, vocab_size], `attention_weights`'s dict).
+    """
     memory, source_mask, encoder_weights = self.encode(
         source_ids, return_attention_scores=True)
-    _, decoder_weights = self.decode(target_input_ids, memory, source_mask,
-                                     return_attention_scores=True)
-    return {"encoder_self": encoder_weights,
-            "decoder_self": [w["self"] for w in decoder_weights],
-            "encoder_decoder": [w["cross"] for w in decoder_weights]}
+    logits, decoder_weights = self.decode(
+        target_input_ids, memory, source_mask, return_attention_scores=True)
+    return logits, {"encoder_self": encoder_weights,
+                    "decoder_self": [w["self"] for w in decoder_weights],
+                    "encoder_decoder": [w["cross"] for w in decoder_weights]}
 
   def get_config(self):
     return {**super().get_config(), "config": self.config.to_dict(),

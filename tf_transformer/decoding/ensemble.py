@@ -101,6 +101,21 @@ class Ensemble(tf.Module):
       return self.lead.attention_weights(source_ids, target_input_ids)
     weights = [m.attention_weights(source_ids, target_input_ids)
                for m in self.members]
+    return self._averaged(weights)
+
+  def logits_and_attention(self, source_ids, target_input_ids):
+    """`__call__`'s combined log-probabilities and `attention_weights`'s
+    distributions, from one teacher-forced pass of each member."""
+    shape = lambda m: (m.config.model.num_layers, m.config.model.num_heads)
+    passes = [m.logits_and_attention(source_ids, target_input_ids)
+              for m in self.members]
+    combined = self.combine([logits for logits, _ in passes])
+    if any(shape(m) != shape(self.lead) for m in self.members):
+      return combined, passes[self.members.index(self.lead)][1]
+    return combined, self._averaged([weights for _, weights in passes])
+
+  @staticmethod
+  def _averaged(weights):
     return {kind: [tf.add_n([tf.cast(w[kind][layer], tf.float32)
                              for w in weights]) / len(weights)
                    for layer in range(len(weights[0][kind]))]

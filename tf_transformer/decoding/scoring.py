@@ -26,8 +26,20 @@ def token_log_probs(model, source_ids, labels):
     [batch, T] float32, 0 past each row's length.
   """
   target_in = sequences.decoder_input(labels).to_tensor()
+  return label_log_probs(model((source_ids, target_in), training=False),
+                         labels)
+
+
+def label_log_probs(logits, labels):
+  """`token_log_probs` of logits already computed.
+
+  Args:
+    logits: [batch, T, vocab] of a teacher-forced pass over `labels`.
+    labels: ragged [batch, (T)] ids ending in EOS.
+  Returns:
+    [batch, T] float32, 0 past each row's length.
+  """
   padded = labels.to_tensor()
-  logits = model((source_ids, target_in), training=False)
   # log_softmax picked at the labels, without a second [batch, T, vocab].
   picked = (tf.gather(logits, padded, batch_dims=2)
             - tf.reduce_logsumexp(logits, axis=-1))
@@ -76,8 +88,8 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
 
 
 def score_ids(model, source_ids, labels):
-  """`score_texts` on ids already cut: what the export's `score` and
-  `forced_alignment` signatures return.
+  """`score_texts` on ids already cut (the export's `forced_alignment`
+  takes `label_log_probs` of the pass that also gives its attention).
 
   Args:
     model: a `Transformer` or an `Ensemble`.
@@ -86,7 +98,11 @@ def score_ids(model, source_ids, labels):
   Returns:
     `score_texts`'s dict.
   """
-  values = token_log_probs(model, source_ids, labels)
+  return scores_of(token_log_probs(model, source_ids, labels), labels)
+
+
+def scores_of(values, labels):
+  """`score_texts`'s dict of `token_log_probs` `values` of `labels`."""
   return {"log_prob": tf.reduce_sum(values, axis=1),
           "token_log_probs": values,
           "lengths": tf.cast(labels.row_lengths(), tf.int32)}

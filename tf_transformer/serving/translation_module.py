@@ -201,6 +201,13 @@ class TranslationModule(tf.Module):
     teacher-forced pass over `target_ids` (EOS-terminated, PAD-padded)."""
     attention = self.model.attention_weights(
         source_ids, sequences.decoder_input(target_ids))
+    return self._attention_outputs(source_ids, target_ids, attention, kinds,
+                                   heads_averaged)
+
+  def _attention_outputs(self, source_ids, target_ids, attention, kinds,
+                         heads_averaged):
+    """`_teacher_forced`'s outputs of `attention` (`attention_weights`'s
+    dict) from a pass over `target_ids`."""
     # Rows of padding queries are 0, as a lone request's absent rows are
     # (TF Serving's batching pads a request to its batch's longest).
     queries = {"encoder_self": source_ids, "decoder_self": target_ids,
@@ -367,14 +374,18 @@ class TranslationModule(tf.Module):
              "target_tokens", "cross_attention")
 
     def aligned():
-      # Each side tokenized once, for the scores and the attention alike.
+      # One teacher-forced pass gives the scores and the attention alike.
       source_ids = self._encode(source)
       labels = scoring.target_labels(self.target_tokenizer, target,
                                      self.max_output_tokens)
-      scored = scoring.score_ids(self.model, source_ids, labels)
+      target_ids = labels.to_tensor()
+      logits, attention = self.model.logits_and_attention(
+          source_ids, sequences.decoder_input(target_ids))
+      scored = scoring.scores_of(scoring.label_log_probs(logits, labels),
+                                 labels)
       return (scored["log_prob"], scored["token_log_probs"],
-              scored["lengths"], *self._teacher_forced(
-                  source_ids, labels.to_tensor(), ("encoder_decoder",),
+              scored["lengths"], *self._attention_outputs(
+                  source_ids, target_ids, attention, ("encoder_decoder",),
                   heads_averaged=True))
     empty = (tf.zeros([0]), tf.zeros([0, 0]), tf.zeros([0], tf.int32),
              *self._no_attention(("encoder_decoder",), heads_averaged=True))
