@@ -96,8 +96,7 @@ class Ensemble(tf.Module):
     """The members' attention distributions averaged where all members have
     the lead's layers and heads (fairseq averages them too), else the
     lead's alone (`Transformer.attention_weights`)."""
-    shape = lambda m: (m.config.model.num_layers, m.config.model.num_heads)
-    if any(shape(m) != shape(self.lead) for m in self.members):
+    if not self._one_attention_shape():
       return self.lead.attention_weights(source_ids, target_input_ids)
     weights = [m.attention_weights(source_ids, target_input_ids)
                for m in self.members]
@@ -106,13 +105,18 @@ class Ensemble(tf.Module):
   def logits_and_attention(self, source_ids, target_input_ids):
     """`__call__`'s combined log-probabilities and `attention_weights`'s
     distributions, from one teacher-forced pass of each member."""
-    shape = lambda m: (m.config.model.num_layers, m.config.model.num_heads)
     passes = [m.logits_and_attention(source_ids, target_input_ids)
               for m in self.members]
     combined = self.combine([logits for logits, _ in passes])
-    if any(shape(m) != shape(self.lead) for m in self.members):
+    if not self._one_attention_shape():
       return combined, passes[self.members.index(self.lead)][1]
     return combined, self._averaged([weights for _, weights in passes])
+
+  def _one_attention_shape(self):
+    """Whether every member has the lead's layers and heads, so that their
+    attention distributions can be averaged."""
+    shape = lambda m: (m.config.model.num_layers, m.config.model.num_heads)
+    return all(shape(m) == shape(self.lead) for m in self.members)
 
   @staticmethod
   def _averaged(weights):

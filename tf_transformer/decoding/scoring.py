@@ -84,25 +84,13 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
                                     max_input_tokens).to_tensor()
   labels = target_labels(target_tokenizer or tokenizer, target,
                          max_target_tokens)
-  return score_ids(model, source_ids, labels)
-
-
-def score_ids(model, source_ids, labels):
-  """`score_texts` on ids already cut (the export's `forced_alignment`
-  takes `label_log_probs` of the pass that also gives its attention).
-
-  Args:
-    model: a `Transformer` or an `Ensemble`.
-    source_ids: [batch, S], EOS-terminated, PAD-padded.
-    labels: ragged [batch, (T)] ids ending in EOS (`target_labels`).
-  Returns:
-    `score_texts`'s dict.
-  """
   return scores_of(token_log_probs(model, source_ids, labels), labels)
 
 
 def scores_of(values, labels):
-  """`score_texts`'s dict of `token_log_probs` `values` of `labels`."""
+  """`score_texts`'s dict of `token_log_probs` `values` of `labels` (the
+  export's `forced_alignment` passes `label_log_probs` of the pass that also
+  gives its attention)."""
   return {"log_prob": tf.reduce_sum(values, axis=1),
           "token_log_probs": values,
           "lengths": tf.cast(labels.row_lengths(), tf.int32)}
