@@ -33,6 +33,7 @@ from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.progress import Progress
 from tf_transformer.run import translator_flags
+from tf_transformer.serving.output import score_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "A SavedModel version (NAME/VERSION), a "
@@ -60,7 +61,6 @@ def main(argv):
     command.import_tensorflow_quietly()
     # pylint: disable=g-import-not-at-top
     from tf_transformer.run import runner
-    from tf_transformer.serving.scorer import output_line
     scorer = runner.open_scorer(FLAGS.model, FLAGS.alignment,
                                 FLAGS.alignment_layer)
     with Progress("scored", len(sources), "pairs") as progress:
@@ -75,7 +75,7 @@ def main(argv):
             else sys.stdout)
   with output:
     output.write("".join(
-        output_line(result[0], result[1], FLAGS.tokens, *result[2:]) + "\n"
+        score_line(result[0], result[1], FLAGS.tokens, *result[2:]) + "\n"
         for result in results))
   return 0
 

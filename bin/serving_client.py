@@ -6,12 +6,23 @@ TensorFlow Serving that serves an export of bin/export.py.
   bin/serving_client.py --protocol=grpc --server=localhost:8500 \
       --model_name=numbers --signature=nbest < in.txt
 
+With --target it scores given translations instead, as bin/score.py does:
+
+  bin/serving_client.py --model_name=numbers --input=src.txt \
+      --target=hyp.txt --tokens
+
 REST needs nothing beyond Python; gRPC needs tensorflow-serving-api
 (pip install "tf_transformer[serving]"). Output lines are those of
 bin/translate.py: the translation, with --show_scores `SCORE<TAB>TEXT`, for
 --signature=nbest `INDEX ||| TEXT ||| SCORE`, and with --alignment
 `TEXT ||| 0-0 1-2 ...` (the export's `alignment` signature; the word pairs
-are made here, as translate.py makes them).
+are made here, as translate.py makes them). With --target they are
+bin/score.py's: `LOG_PROB<TAB>TOKENS`, --tokens adding the per-token
+values, --alignment the pair's word alignment (the `score` and
+`forced_alignment` signatures).
+
+Exit status: 0 answered; 1 bad flags, server or answer; 2 an input and
+--target of different line counts, or an unreadable --target.
 """
 
 import sys
@@ -19,9 +30,13 @@ import sys
 from absl import flags
 
 from tf_transformer import command
+from tf_transformer.data.corpora import check_line_aligned
+from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
 from tf_transformer.serving.output import aligned_lines
 from tf_transformer.serving.output import output_lines
+from tf_transformer.serving.output import score_line
 from tf_transformer.serving import client
 
 FLAGS = flags.FLAGS
@@ -39,28 +54,56 @@ flags.DEFINE_integer("batch_size", 32, "Sentences per request.")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
 flags.DEFINE_float("timeout", 60.0, "Seconds to wait for each answer.")
-translator_flags.define_alignment_flags("the export's alignment signature")
+flags.DEFINE_string("target", None, "Translations of the input to score, "
+                    "line-aligned with it (the export's score signature, "
+                    "or forced_alignment with --alignment): prints "
+                    "bin/score.py's lines instead of translations.")
+flags.DEFINE_bool("tokens", False, "With --target: add each target token's "
+                  "log-probability, as bin/score.py --tokens.")
+translator_flags.define_alignment_flags(
+    "the export's alignment signature, or forced_alignment with --target")
 flags.mark_flag_as_required("model_name")
 flags.register_multi_flags_validator(
     ["alignment", "signature"],
     lambda f: not f["alignment"] or f["signature"] == "serving_default",
     "--alignment: one translation a line (the alignment signature), not "
     "--signature=nbest")
+flags.register_multi_flags_validator(
+    ["target", "signature", "show_scores"],
+    lambda f: not f["target"] or (f["signature"] == "serving_default"
+                                  and not f["show_scores"]),
+    "--target scores given translations (bin/score.py's lines, the score "
+    "first): not with --signature=nbest or --show_scores")
+flags.register_multi_flags_validator(
+    ["tokens", "target"], lambda f: not f["tokens"] or f["target"],
+    "--tokens is read only with --target")
 
 
 def main(argv):
   del argv
   rest = FLAGS.protocol == "rest"
   server = FLAGS.server or ("localhost:8501" if rest else "localhost:8500")
-  if not rest:  # tensors are TensorFlow's protos
-    command.import_tensorflow_quietly()
   try:
     source = open(FLAGS.input, encoding="utf-8") if FLAGS.input else sys.stdin
     with source:
       texts = [line.rstrip("\r\n") for line in source]
+    targets = None
+    if FLAGS.target:
+      targets = read_lines(FLAGS.target)
+      check_line_aligned(texts, targets, (
+          f"--input={FLAGS.input}" if FLAGS.input else "stdin",
+          f"--target={FLAGS.target}"))
+    if not rest:  # tensors are TensorFlow's protos; after what needs none
+      command.import_tensorflow_quietly()
     for start in range(0, len(texts), FLAGS.batch_size):
       batch = texts[start:start + FLAGS.batch_size]
-      if FLAGS.alignment:
+      if targets is not None:
+        score = client.rest_score if rest else client.grpc_score
+        lines = [score_line(r[0], r[1], FLAGS.tokens, *r[2:]) for r in score(
+            server, FLAGS.model_name, batch,
+            targets[start:start + FLAGS.batch_size], FLAGS.alignment,
+            FLAGS.alignment_layer, FLAGS.model_version, FLAGS.timeout)]
+      elif FLAGS.alignment:
         align = client.rest_align if rest else client.grpc_align
         lines = aligned_lines(
             align(server, FLAGS.model_name, batch, FLAGS.alignment_layer,
@@ -72,6 +115,9 @@ def main(argv):
                     FLAGS.model_version, FLAGS.timeout),
             FLAGS.signature == "nbest", FLAGS.show_scores, start)
       sys.stdout.write("".join(line + "\n" for line in lines))
+  except DataError as e:
+    print(f"serving_client: error: {e}", file=sys.stderr)
+    return 2
   except (OSError, ImportError, ValueError, client.ServingError) as e:
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 1

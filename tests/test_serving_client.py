@@ -23,6 +23,8 @@ from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from tf_transformer.serving import client
+from tf_transformer.serving.output import score_line
+from tf_transformer.serving.scorer import Scorer
 from tf_transformer.serving.translator import Translator
 from conftest import run_script
 
@@ -56,7 +58,8 @@ class _RestHandler(http.server.BaseHTTPRequestHandler):
       return self._answer(404, {"error": "Servable not found for request: "
                                          f"Latest({self.path})"})
     signature = self.saved_model.signatures[body["signature_name"]]
-    out = signature(text=tf.constant(body["inputs"]["text"], tf.string))
+    out = signature(**{name: tf.constant(strings, tf.string)
+                       for name, strings in body["inputs"].items()})
     outputs = {key: [_json(v) for v in value.numpy().tolist()]
                for key, value in out.items()}
     return self._answer(200, {"outputs": outputs})
@@ -89,7 +92,8 @@ class _Predictor(prediction_service_pb2_grpc.PredictionServiceServicer):
       context.abort(grpc.StatusCode.NOT_FOUND, "Servable not found for "
                     f"request: Latest({request.model_spec.name})")
     signature = self.saved_model.signatures[request.model_spec.signature_name]
-    out = signature(text=tf.constant(tf.make_ndarray(request.inputs["text"])))
+    out = signature(**{name: tf.constant(tf.make_ndarray(tensor))
+                       for name, tensor in request.inputs.items()})
     response = predict_pb2.PredictResponse()
     for key, value in out.items():
       response.outputs[key].CopyFrom(tf.make_tensor_proto(value.numpy()))
@@ -125,6 +129,14 @@ def test_rest_request_and_url():
       "signature_name": "nbest", "inputs": {"text": ["a", "b"]}}
   with pytest.raises(ValueError, match="attention"):
     client.rest_request(["a"], "attention")
+  assert client.rest_request(["a"], "score", ["b"]) == {
+      "signature_name": "score", "inputs": {"source": ["a"], "target": ["b"]}}
+  with pytest.raises(ValueError, match="got 2 sources and 1 targets"):
+    client.rest_request(["a", "b"], "forced_alignment", ["c"])
+  with pytest.raises(ValueError, match="got 1 sources and no targets"):
+    client.rest_request(["a"], "score")
+  with pytest.raises(ValueError, match="'nbest' takes no targets"):
+    client.rest_request(["a"], "nbest", ["b"])
 
 
 def test_rest_answers_are_parsed():
@@ -159,6 +171,24 @@ def test_grpc_request_and_answer_round_trip():
       [("sieben", -0.25), ("zwölf", -3.0)]]
   with pytest.raises(client.ServingError, match="expected translation"):
     client.parse_grpc_response(response)
+  pairs = client.grpc_request(["a b"], "numbers", "score", targets=["c"])
+  assert {name: [v.decode() for v in tensor.string_val]
+          for name, tensor in pairs.inputs.items()} == {"source": ["a b"],
+                                                        "target": ["c"]}
+
+
+def test_score_answers_are_parsed():
+  """Rows cut to each pair's length; an answer without the outputs a
+  signature gives names them."""
+  answer = {"log_prob": [-1.5, -0.25], "lengths": [2, 1],
+            "token_log_probs": [[-1.0, -0.5, 0.0], [-0.25, 0.0, 0.0]]}
+  assert client.scored(answer) == [(-1.5, [-1.0, -0.5]), (-0.25, [-0.25])]
+  with pytest.raises(client.ServingError, match="from the forced_alignment "
+                     "signature: no source_tokens, target_tokens, "
+                     "cross_attention"):
+    client.scored(answer, alignment=True)
+  with pytest.raises(client.ServingError, match="score signature: no lengths"):
+    client.scored({"log_prob": [], "token_log_probs": []})
 
 
 @pytest.mark.parametrize("signature", ["serving_default", "nbest"])
@@ -193,6 +223,27 @@ def test_rest_and_grpc_align_as_the_saved_model(saved_model, rest_server,
                     "target_tokens": []})
 
 
+def test_rest_and_grpc_score_as_the_saved_model(saved_model, rest_server,
+                                                grpc_server):
+  """The score and forced_alignment signatures over either protocol give
+  what bin/score.py gives from the export (`Scorer`), the word pairs made
+  in the client."""
+  sources, targets = TEXTS, ["vier hundert", "", "sieben"]
+  for alignment in (False, True):
+    expected = Scorer.from_export(saved_model.path, alignment,
+                                  1 if alignment else None).score(
+                                      sources, targets)
+    # The subwords and the EOS: the empty target scores its EOS alone.
+    assert [min(len(row[1]), 2) for row in expected] == [2, 1, 2]
+    for score, server in ((client.rest_score, rest_server),
+                          (client.grpc_score, grpc_server)):
+      got = score(server, "numbers", sources, targets, alignment,
+                  1 if alignment else None)
+      assert got == expected, (score.__name__, alignment)
+  with pytest.raises(ValueError, match=r"--alignment_layer=3"):
+    client.rest_score(rest_server, "numbers", sources, targets, True, 3)
+
+
 def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
   stdin = "".join(t + "\n" for t in TEXTS)
   # The expected lines come from the batches the command sends: a
@@ -223,6 +274,28 @@ def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
       TEXTS, batch_size=32)
   assert aligned.stdout.splitlines() == [
       f"{' '.join(t.splitlines())} ||| {p}" for t, _, p in want]
+
+
+def test_command_scores_as_bin_score(saved_model, rest_server, grpc_server,
+                                     tmp_path):
+  """--target prints bin/score.py's lines: the log-probability and the
+  token count, --tokens the per-token values, --alignment the word pairs
+  (forced_alignment), over REST and gRPC."""
+  target = tmp_path / "target.txt"
+  target.write_text("vier hundert\n\nsieben\n")
+  stdin = "".join(t + "\n" for t in TEXTS)
+  results = Scorer.from_export(saved_model.path, alignment=True).score(
+      TEXTS, target.read_text().splitlines(), batch_size=2)
+  for protocol, server in (("rest", rest_server), ("grpc", grpc_server)):
+    result = run_script("serving_client.py", f"--protocol={protocol}",
+                        f"--server={server}", "--model_name=numbers",
+                        f"--target={target}", "--tokens", "--alignment",
+                        "--batch_size=2", input_text=stdin)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        score_line(r[0], r[1], True, r[2]) for r in results]
+  fields = result.stdout.splitlines()[0].split("\t")
+  assert len(fields) == 4 and int(fields[1]) == len(fields[2].split()) > 1
 
 
 def test_command_errors_name_the_problem(rest_server, grpc_server):

@@ -126,14 +126,27 @@ def aligned(outputs, layer=None):
   Returns:
     [(translation str, score float, Pharaoh string)], one an input.
   """
+  pairs = from_answer(outputs, layer)
+  return [(_text(t), float(s), p) for t, s, p in zip(
+      list(outputs["translation"]), list(outputs["score"]), pairs)]
+
+
+def from_answer(outputs, layer=None):
+  """`from_attention` of outputs as a SavedModel gives them (numpy) or TF
+  Serving's REST API (nested lists, strings as str).
+
+  Args:
+    outputs: what `from_attention` reads, in either form.
+    layer: as `from_attention`'s.
+  Returns:
+    [batch] Pharaoh strings.
+  """
   tokens = {key: [[_bytes(p) for p in row] for row in outputs[key]]
             for key in ("source_tokens", "target_tokens")}
   weights = {key: np.asarray(outputs[key], np.float32)
              for key in ("cross_attention", "encoder_decoder")
              if key in outputs}
-  pairs = from_attention({**tokens, **weights}, layer)
-  return [(_text(t), float(s), p) for t, s, p in zip(
-      list(outputs["translation"]), list(outputs["score"]), pairs)]
+  return from_attention({**tokens, **weights}, layer)
 
 
 def _bytes(value):

@@ -10,7 +10,10 @@ input, a list of (translation, score) pairs: one for `serving_default`, n
 for `nbest`; or, from the `alignment` signature (`rest_align`,
 `grpc_align`), (translation, score, word alignment) triples, the alignment
 made here, as bin/translate.py --alignment makes it
-(`decoding/alignment.py`).
+(`decoding/alignment.py`). `rest_score` and `grpc_score` send source and
+target pairs to the `score` signature (or `forced_alignment`) and return
+what bin/score.py prints: each pair's log-probability, its tokens'
+(and its word alignment).
 """
 
 import json
@@ -18,23 +21,52 @@ import urllib.error
 import urllib.request
 
 from tf_transformer.decoding import alignment as alignment_lib
+from tf_transformer.serving import output
 
 ALIGNMENT = "alignment"
-ALIGNMENT_OUTPUTS = ("translation", "score", "source_tokens",
-                     "target_tokens", "cross_attention")
+SCORE, FORCED_ALIGNMENT = "score", "forced_alignment"
+ATTENTION_OUTPUTS = ("source_tokens", "target_tokens", "cross_attention")
+ALIGNMENT_OUTPUTS = ("translation", "score", *ATTENTION_OUTPUTS)
+SCORE_OUTPUTS = ("log_prob", "token_log_probs", "lengths")
 SIGNATURE_OUTPUTS = {"serving_default": ("translation", "score"),
                      "nbest": ("translations", "scores")}
+PAIR_SIGNATURES = (SCORE, FORCED_ALIGNMENT)  # inputs `source` and `target`
 
 
 class ServingError(Exception):
   """The server answered with an error, or could not be reached."""
 
 
-def _check_signature(signature, readable=(*SIGNATURE_OUTPUTS, ALIGNMENT)):
+def _check_signature(signature, readable=(*SIGNATURE_OUTPUTS, ALIGNMENT,
+                                         *PAIR_SIGNATURES)):
   """Raises ValueError for a signature the client cannot read."""
   if signature not in readable:
     raise ValueError(f"signature {signature!r}: the client reads "
                      f"{sorted(readable)}")
+
+
+def _inputs(signature, texts, targets=None):
+  """The named inputs of a request: {"text": texts}, or for `score` and
+  `forced_alignment` {"source": texts, "target": targets}."""
+  _check_signature(signature)
+  if signature not in PAIR_SIGNATURES:
+    if targets is not None:
+      raise ValueError(f"signature {signature!r} takes no targets")
+    return {"text": list(texts)}
+  if targets is None or len(targets) != len(texts):
+    raise ValueError(f"signature {signature!r}: one target a source, got "
+                     f"{len(texts)} sources and "
+                     f"{'no' if targets is None else len(targets)} targets")
+  return {"source": list(texts), "target": list(targets)}
+
+
+def _require(outputs, keys, signature):
+  """Raises ServingError naming the outputs an answer lacks."""
+  missing = [key for key in keys if key not in outputs]
+  if missing:
+    raise ServingError(f"unexpected answer from the {signature} signature: "
+                       f"no {', '.join(missing)} (exported before it had "
+                       "them? export it again)")
 
 
 def _outputs_of(signature):
@@ -67,12 +99,27 @@ def aligned(outputs, layer=None):
   Returns:
     The triples, the alignment as Pharaoh pairs "i-j".
   """
-  missing = [key for key in ALIGNMENT_OUTPUTS if key not in outputs]
-  if missing:
-    raise ServingError(f"unexpected answer from the alignment signature: "
-                       f"no {', '.join(missing)} (exported before "
-                       "alignments existed? export it again)")
+  _require(outputs, ALIGNMENT_OUTPUTS, ALIGNMENT)
   return alignment_lib.aligned(outputs, layer)
+
+
+def scored(outputs, alignment=False, layer=None):
+  """The `score` (or with `alignment`, `forced_alignment`) signature's
+  outputs -> [(log_prob, [token log-probs])] or, with `alignment`,
+  [(log_prob, [token log-probs], alignment)], one a pair.
+
+  Args:
+    outputs: {name: a nested list (REST's JSON) or a numpy array (gRPC)}
+      of `SCORE_OUTPUTS` (and `ATTENTION_OUTPUTS`).
+    alignment, layer: as `aligned`'s.
+  Returns:
+    What bin/score.py prints (`output.score_rows`).
+  """
+  if alignment:
+    _require(outputs, SCORE_OUTPUTS + ATTENTION_OUTPUTS, FORCED_ALIGNMENT)
+  else:
+    _require(outputs, SCORE_OUTPUTS, SCORE)
+  return output.score_rows(outputs, alignment, layer)
 
 
 # REST.
@@ -86,11 +133,12 @@ def rest_url(server, model_name, version=None):
   return base.rstrip("/") + path + ":predict"
 
 
-def rest_request(texts, signature="serving_default"):
+def rest_request(texts, signature="serving_default", targets=None):
   """The JSON body: columnar inputs, the format that also accepts batches
-  with more than one output per input."""
-  _check_signature(signature)
-  return {"signature_name": signature, "inputs": {"text": list(texts)}}
+  with more than one output per input. `targets` go with `texts` (the
+  sources) to `score` and `forced_alignment`."""
+  return {"signature_name": signature,
+          "inputs": _inputs(signature, texts, targets)}
 
 
 def parse_rest_response(body, signature="serving_default"):
@@ -117,20 +165,37 @@ def rest_predict(server, model_name, texts, signature="serving_default",
 def rest_align(server, model_name, texts, layer=None, version=None,
                timeout=60.0):
   """[(translation, score, alignment), ...] for `texts` (`aligned`)."""
-  body = _rest_answer(server, model_name, texts, ALIGNMENT, version, timeout)
+  return aligned(_rest_outputs(_rest_answer(
+      server, model_name, texts, ALIGNMENT, version, timeout)), layer)
+
+
+def rest_score(server, model_name, sources, targets, alignment=False,
+               layer=None, version=None, timeout=60.0):
+  """[(log_prob, [token log-probs])] of each (source, target) pair, with
+  `alignment` [(log_prob, [...], alignment)] (`scored`)."""
+  signature = FORCED_ALIGNMENT if alignment else SCORE
+  return scored(_rest_outputs(_rest_answer(
+      server, model_name, sources, signature, version, timeout, targets)),
+                alignment, layer)
+
+
+def _rest_outputs(body):
+  """An answer's outputs; ServingError for an error or no outputs."""
   if "error" in body:
     raise ServingError(body["error"])
   if not isinstance(body.get("outputs"), dict):
     raise ServingError(f"unexpected answer (no outputs): "
                        f"{json.dumps(body)[:200]}")
-  return aligned(body["outputs"], layer)
+  return body["outputs"]
 
 
-def _rest_answer(server, model_name, texts, signature, version, timeout):
+def _rest_answer(server, model_name, texts, signature, version, timeout,
+                 targets=None):
   """The server's decoded JSON answer, an error's too."""
+  body = rest_request(texts, signature, targets)
   request = urllib.request.Request(
       rest_url(server, model_name, version),
-      data=json.dumps(rest_request(texts, signature)).encode("utf-8"),
+      data=json.dumps(body).encode("utf-8"),
       headers={"Content-Type": "application/json"})
   try:
     with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -159,18 +224,21 @@ def _serving_api():
 
 
 def grpc_request(texts, model_name, signature="serving_default",
-                 version=None):
-  """A tensorflow.serving.PredictRequest for `texts`."""
+                 version=None, targets=None):
+  """A tensorflow.serving.PredictRequest for `texts` (with `targets`, the
+  sources of `score` and `forced_alignment`)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  _check_signature(signature)
+  inputs = _inputs(signature, texts, targets)
   predict_pb2, _ = _serving_api()
   request = predict_pb2.PredictRequest()
   request.model_spec.name = model_name
   request.model_spec.signature_name = signature
   if version is not None:
     request.model_spec.version.value = int(version)
-  request.inputs["text"].CopyFrom(tf.make_tensor_proto(
-      [t.encode("utf-8") for t in texts], dtype=tf.string, shape=[len(texts)]))
+  for name, strings in inputs.items():
+    request.inputs[name].CopyFrom(tf.make_tensor_proto(
+        [t.encode("utf-8") for t in strings], dtype=tf.string,
+        shape=[len(strings)]))
   return request
 
 
@@ -198,14 +266,28 @@ def grpc_predict(server, model_name, texts, signature="serving_default",
 def grpc_align(server, model_name, texts, layer=None, version=None,
                timeout=60.0):
   """[(translation, score, alignment), ...] for `texts` (`aligned`)."""
+  return aligned(_grpc_outputs(_grpc_answer(
+      server, model_name, texts, ALIGNMENT, version, timeout)), layer)
+
+
+def grpc_score(server, model_name, sources, targets, alignment=False,
+               layer=None, version=None, timeout=60.0):
+  """`rest_score` over gRPC."""
+  signature = FORCED_ALIGNMENT if alignment else SCORE
+  return scored(_grpc_outputs(_grpc_answer(
+      server, model_name, sources, signature, version, timeout, targets)),
+                alignment, layer)
+
+
+def _grpc_outputs(response):
+  """A PredictResponse's outputs as numpy arrays."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  response = _grpc_answer(server, model_name, texts, ALIGNMENT, version,
-                          timeout)
-  return aligned({key: tf.make_ndarray(value)
-                  for key, value in response.outputs.items()}, layer)
+  return {key: tf.make_ndarray(value)
+          for key, value in response.outputs.items()}
 
 
-def _grpc_answer(server, model_name, texts, signature, version, timeout):
+def _grpc_answer(server, model_name, texts, signature, version, timeout,
+                 targets=None):
   """The server's PredictResponse."""
   import grpc  # pylint: disable=g-import-not-at-top
   _, service = _serving_api()
@@ -216,7 +298,7 @@ def _grpc_answer(server, model_name, texts, signature, version, timeout):
   with grpc.insecure_channel(server, options=options) as channel:
     stub = service.PredictionServiceStub(channel)
     try:
-      return stub.Predict(
-          grpc_request(texts, model_name, signature, version), timeout)
+      return stub.Predict(grpc_request(texts, model_name, signature,
+                                       version, targets), timeout)
     except grpc.RpcError as e:
       raise ServingError(f"{e.code().name}: {e.details()}") from e

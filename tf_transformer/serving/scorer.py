@@ -7,8 +7,8 @@ CTranslate2 export gives each target given its source, and with
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
+from tf_transformer.serving.output import score_rows
 from tf_transformer.serving.translator import string_batch
 
 
@@ -108,30 +108,5 @@ def _rows(score_fn, alignment=False, alignment_layer=None):
   def batch(sources, targets):
     out = {key: value.numpy() for key, value in score_fn(
         source=string_batch(sources), target=string_batch(targets)).items()}
-    rows = [(float(total), [float(v) for v in row[:length]])
-            for total, row, length in zip(
-                out["log_prob"], out["token_log_probs"], out["lengths"])]
-    if not alignment:
-      return rows
-    pairs = alignment_lib.from_attention(out, alignment_layer)
-    return [row + (p,) for row, p in zip(rows, pairs)]
+    return score_rows(out, alignment, alignment_layer)
   return batch
-
-
-def output_line(log_prob, token_log_probs, with_tokens=False, pairs=None):
-  """bin/score.py's line for one pair.
-
-  Args:
-    log_prob: log P(target | source).
-    token_log_probs: each scored token's log-probability.
-    with_tokens: also print those.
-    pairs: the word alignment (Pharaoh pairs), printed last; None: none.
-  Returns:
-    `LOG_PROB<TAB>TOKENS[<TAB>per-token values][<TAB>alignment]`.
-  """
-  fields = [f"{log_prob:.4f}", str(len(token_log_probs))]
-  if with_tokens:
-    fields.append(" ".join(f"{v:.4f}" for v in token_log_probs))
-  if pairs is not None:
-    fields.append(pairs)
-  return "\t".join(fields)
