@@ -67,6 +67,7 @@ def test_help_lists_the_flags_without_tensorflow(script):
     ("translate.py", ["--decoding=sample", "--temperature=0"],
      "--temperature=0.0: must be > 0"),
     ("translate.py", ["--top_k=-1"], "--top_k"),
+    ("translate.py", ["--top_p=0"], "--top_p=0.0: must be in (0, 1]"),
     ("export.py", ["--model_dir=/nonexistent/run", "--export_dir=/n/e",
                    "--num_samples=0"], "--num_samples"),
     ("translate.py", ["--alignment_layer=2"], "--alignment_layer is read "

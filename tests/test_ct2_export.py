@@ -3,6 +3,7 @@ log-probabilities as our own graph, each engine's search returns what its own
 rules give (tests/search_reference.py), and the bin/ scripts take either
 export."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -125,6 +126,31 @@ def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
     else:
       assert (reference.tokens != their_reference.tokens
               or reference.near_tie or their_reference.near_tie), line
+
+
+def test_nucleus_sampling_through_ctranslate2(trained, tmp_path):
+  """The export's top_p reaches CTranslate2 (`sampling_topp`, applied as
+  ours after top-k and temperature): a nucleus smaller than any token's
+  probability leaves the likeliest token alone, so hot top-5 sampling
+  returns greedy search's translations; without it, it does not."""
+  model, vocab = run_dir.load_trained_model(str(trained))
+  options = DecodingOptions(method="sample", top_k=5, top_p=1e-6,
+                            temperature=5.0, num_samples=2)
+  decoder = CT2Decoder(ct2_export.export(model, vocab, str(tmp_path / "ct2"),
+                                         options))
+  assert decoder.options == options
+  pieces = decoder.pieces(SOURCES[:40])
+
+  def outputs(chosen):
+    decoder.options = chosen
+    limit = decoder.output_limit(pieces)
+    return [[hypothesis for hypothesis, _ in decoder.ranked(result, limit)]
+            for result in decoder.translate_pieces(pieces)]
+
+  greedy = outputs(dataclasses.replace(options, method="greedy"))
+  assert outputs(options) == [row * 2 for row in greedy]
+  assert outputs(dataclasses.replace(options, top_p=1.0)) != [
+      row * 2 for row in greedy]
 
 
 def test_the_reference_tells_the_two_rules_apart():

@@ -1,6 +1,7 @@
 """Greedy decoding and sampling behind `decode`: scores are the model's own
-length-penalised log P, n-best lists are sorted, top-k 1 is greedy, seeds
-reproduce, and bad options name themselves."""
+length-penalised log P, n-best lists are sorted, top-k 1 and a tiny nucleus
+are greedy, draws lie in the nucleus, seeds reproduce, and bad options name
+themselves."""
 
 import dataclasses
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 from tf_transformer import build_model, get_config
 from tf_transformer.decoding.beam_search import length_penalty
 from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.greedy import nucleus
 from tf_transformer.decoding.search import DecodingOptions, decode
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -87,6 +89,59 @@ def test_top_k_one_is_greedy_at_any_temperature(model):
     np.testing.assert_array_equal(ids[:, sample], greedy_ids[:, 0])
 
 
+def test_a_nucleus_below_the_likeliest_token_is_greedy(model):
+  """top_p smaller than any probability keeps the likeliest token alone,
+  at any temperature and after top-k."""
+  greedy_ids, _ = decode(model, SOURCES, DecodingOptions(
+      method="greedy", max_decode_length_offset=6))
+  ids, _ = decode(model, SOURCES, dataclasses.replace(
+      SAMPLE, top_k=10, top_p=1e-6, temperature=5.0))
+  for sample in range(5):
+    np.testing.assert_array_equal(ids[:, sample], greedy_ids[:, 0])
+
+
+def _nucleus_reference(logits, top_p):
+  """The nucleus of each row, in numpy: its fewest most likely tokens whose
+  probabilities sum to at least top_p."""
+  kept = []
+  for row in logits.astype(np.float64):
+    probs = np.exp(row - row.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    size = np.searchsorted(np.cumsum(probs[order]), top_p) + 1
+    kept.append(set(order[:size].tolist()))
+  return kept
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.7, 0.95, 0.999])
+def test_nucleus_keeps_the_fewest_likeliest_tokens_reaching_top_p(top_p):
+  logits = np.random.default_rng(3).normal(0, 2, (6, 40)).astype(np.float32)
+  masked = nucleus(tf.constant(logits), top_p).numpy()
+  expected = _nucleus_reference(logits, top_p)
+  for row, kept in zip(masked, expected):
+    assert set(np.flatnonzero(row > np.finfo(np.float32).min)) == kept
+  np.testing.assert_array_equal(masked[masked > np.finfo(np.float32).min],
+                                logits[masked > np.finfo(np.float32).min])
+
+
+def test_every_draw_lies_in_the_nucleus_after_top_k(model):
+  """The first token of 32 draws a sentence at temperature 2, top-k 10
+  and top-p 0.5, against the nucleus computed apart from a teacher-forced
+  first step (PAD and BOS never output): about half of the top 10, so
+  draws that ignored the nucleus would leave it."""
+  options = dataclasses.replace(SAMPLE, num_samples=32, top_k=10, top_p=0.5)
+  ids, _ = decode(model, SOURCES, options)
+  memory, mask = model.encode(SOURCES)
+  logits = model.decode(tf.fill([2, 1], BOS_ID), memory, mask)[:, 0]
+  logits = tf.nn.log_softmax(logits).numpy() / options.temperature
+  logits[:, [PAD_ID, BOS_ID]] = -np.inf
+  tenth = np.sort(logits, axis=-1)[:, -10:-9]
+  logits = np.where(logits < tenth, -np.inf, logits)
+  for row, kept in enumerate(_nucleus_reference(logits, options.top_p)):
+    assert 1 < len(kept) < 10, kept
+    assert set(ids[row, :, 0].numpy().tolist()) <= kept
+
+
 def test_sampling_without_a_seed_runs_in_a_graph(model):
   search = tf.function(lambda ids: decode(model, ids, dataclasses.replace(
       SAMPLE, seed=None)))
@@ -97,7 +152,8 @@ def test_sampling_without_a_seed_runs_in_a_graph(model):
 
 @pytest.mark.parametrize("field,value", [
     ("method", "nucleus"), ("beam_size", 0), ("length_penalty_alpha", -1.0),
-    ("temperature", 0.0), ("top_k", -1), ("num_samples", 0),
+    ("temperature", 0.0), ("top_k", -1), ("top_p", 0.0), ("top_p", 1.5),
+    ("num_samples", 0),
     ("max_decode_length_offset", 0)])
 def test_bad_options_name_the_field(field, value):
   with pytest.raises(ValueError, match=field):

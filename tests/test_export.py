@@ -221,7 +221,8 @@ def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
 
 @pytest.mark.parametrize("decoding,flags,width", [
     ("greedy", [], 1),
-    ("sample", ["--num_samples=3", "--top_k=1", "--temperature=0.5"], 3)])
+    ("sample", ["--num_samples=3", "--top_k=5", "--top_p=1e-6",
+                "--temperature=2"], 3)])
 def test_greedy_and_sampling_exports(model_dir, tmp_path, decoding, flags,
                                      width):
   result = run_script("export.py", f"--model_dir={model_dir}",
@@ -236,7 +237,8 @@ def test_greedy_and_sampling_exports(model_dir, tmp_path, decoding, flags,
   texts = tf.constant(["four hundred and twenty-one", "seven"])
   nbest = loaded.signatures["nbest"](text=texts)
   assert nbest["translations"].shape == (2, width)
-  # Top-k 1 sampling and greedy both follow the most likely token.
+  # Greedy, and sampling from a nucleus smaller than the likeliest token's
+  # probability (after top-k), both follow the most likely token.
   config, vocab = run_dir.load(str(model_dir))
   model = build_model(config)
   tf.train.Checkpoint(model=model).read(

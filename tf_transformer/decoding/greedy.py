@@ -3,7 +3,10 @@
 Each sentence stops at EOS or after its source length + `max_length_offset`
 tokens (section 6.1's maximum output length). Finished rows emit PAD.
 Sampling draws each token from softmax(logits / temperature), optionally
-restricted to the `top_k` most likely tokens; scores are always the model's
+restricted to the `top_k` most likely tokens and then to the nucleus of
+`top_p` (Holtzman et al., 2020: the fewest most likely tokens whose
+probabilities sum to at least `top_p`, in that order as CTranslate2,
+fairseq and Transformers restrict them); scores are always the model's
 own log P(Y|X), whatever the temperature, so samples rank like beams.
 """
 
@@ -45,7 +48,7 @@ def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
 
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
                   max_length_offset=50, seed=None, max_length=None,
-                  step_weights=None, prefix=None):
+                  step_weights=None, prefix=None, top_p=1.0):
   """Like `greedy_search`, drawing each token at random.
 
   Args:
@@ -55,10 +58,13 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
     top_k: draw among the k most likely tokens only; 0: all.
     seed: an int makes the draws reproducible (stateless random ops);
       None: each call draws anew.
+    top_p: then draw among the fewest most likely tokens whose
+      probabilities (at `temperature`, after `top_k`) sum to at least
+      `top_p`; 1: all.
   Returns:
     What `greedy_search` returns.
   """
-  limits_lib.check_sampling(temperature, top_k)
+  limits_lib.check_sampling(temperature, top_k, top_p)
 
   def draw(log_probs, step):
     logits = log_probs / temperature
@@ -67,6 +73,8 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
       k = (min if isinstance(vocab, int) else tf.minimum)(top_k, vocab)
       kth_best = tf.math.top_k(logits, k=k).values[:, -1:]
       logits = tf.where(logits < kth_best, logits.dtype.min, logits)
+    if top_p < 1:
+      logits = nucleus(logits, top_p)
     if seed is None:
       drawn = tf.random.categorical(logits, 1, dtype=tf.int32)
     else:
@@ -76,6 +84,26 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
     return drawn[:, 0]
   return left_to_right(model, source_ids, draw, max_length_offset,
                        max_length, step_weights, prefix)
+
+
+def nucleus(logits, top_p):
+  """Nucleus sampling's restriction (Holtzman et al., 2020).
+
+  Args:
+    logits: [batch, vocab] float.
+    top_p: in (0, 1).
+  Returns:
+    `logits` with every token outside the nucleus at the dtype's lowest
+    value: a token stays where the tokens more likely than it hold less
+    than `top_p` of softmax(logits) (so the most likely always stays).
+  """
+  descending = tf.sort(logits, axis=-1, direction="DESCENDING")
+  before = tf.math.cumsum(tf.nn.softmax(descending), axis=-1,
+                          exclusive=True)
+  kept = tf.reduce_sum(tf.cast(before < top_p, tf.int32), axis=-1,
+                       keepdims=True)
+  lowest_kept = tf.gather(descending, kept - 1, batch_dims=1)
+  return tf.where(logits < lowest_kept, logits.dtype.min, logits)
 
 
 def left_to_right(model, source_ids, pick, max_length_offset=50,

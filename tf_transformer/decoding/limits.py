@@ -48,9 +48,12 @@ def never_output(vocab_size, ids=NEVER_OUTPUT):
                                   off_value=False), axis=0)
 
 
-def check_sampling(temperature, top_k):
+def check_sampling(temperature, top_k, top_p=1.0):
   """Raises ValueError naming the setting if sampling cannot use it."""
   if temperature <= 0:
     raise ValueError(f"temperature={temperature}: must be > 0")
   if top_k < 0:
     raise ValueError(f"top_k={top_k}: must be >= 0 (0 = whole vocabulary)")
+  if not 0 < top_p <= 1:
+    raise ValueError(f"top_p={top_p}: must be in (0, 1] (1 = whole "
+                     "vocabulary)")

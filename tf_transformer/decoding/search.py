@@ -54,6 +54,7 @@ class DecodingOptions(DecodingConfig):
   method: str = "beam"
   temperature: float = 1.0
   top_k: int = 0
+  top_p: float = 1.0
   num_samples: int = 1
   seed: Optional[int] = None
   parts: int = 1
@@ -63,7 +64,7 @@ class DecodingOptions(DecodingConfig):
     super().__post_init__()
     if self.method not in METHODS:
       raise ValueError(f"method={self.method!r}: one of {METHODS}")
-    limits_lib.check_sampling(self.temperature, self.top_k)
+    limits_lib.check_sampling(self.temperature, self.top_k, self.top_p)
     if self.num_samples < 1:
       raise ValueError(f"num_samples={self.num_samples}: must be >= 1")
     if self.parts < 1:
@@ -165,7 +166,7 @@ def _search(model, source_ids, options, prefix=None, step_weights=None,
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
         options.max_decode_length_offset, options.seed, max_length,
         step_weights, prefix and prefix_lib.Prefix(
-            *[tile_beams(x, n) for x in prefix]))
+            *[tile_beams(x, n) for x in prefix]), top_p=options.top_p)
   lengths = _lengths(ids)
   penalty = length_penalty(lengths, options.length_penalty_alpha)
   scores = tf.reshape(log_probs / penalty, [batch, n])

@@ -9,7 +9,8 @@ from tf_transformer.choices import METHODS
 from tf_transformer.data.errors import DataError
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
-                  "temperature", "top_k", "num_samples", "sampling_seed")
+                  "temperature", "top_k", "top_p", "num_samples",
+                  "sampling_seed")
 
 
 def define_decoding_flags():
@@ -32,6 +33,11 @@ def define_decoding_flags():
                            "must be > 0")
   flags.DEFINE_integer("top_k", None, "Sampling: draw from the k most "
                        "likely tokens only (default 0 = all).", lower_bound=0)
+  flags.DEFINE_float("top_p", None, "Sampling: then from the fewest most "
+                     "likely tokens whose probabilities sum to at least p "
+                     "(nucleus sampling; default 1 = all).")
+  flags.register_validator("top_p", lambda p: p is None or 0 < p <= 1,
+                           "must be in (0, 1]")
   flags.DEFINE_integer("num_samples", None, "Sampling: hypotheses drawn per "
                        "sentence, returned best first (default 1).",
                        lower_bound=1)

@@ -181,6 +181,7 @@ class CT2Decoder:
       kwargs.update(beam_size=1)
     else:
       kwargs.update(beam_size=1, sampling_topk=o.top_k,
+                    sampling_topp=o.top_p,
                     sampling_temperature=o.temperature)
     return kwargs
 
