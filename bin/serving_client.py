@@ -21,8 +21,9 @@ bin/score.py's: `LOG_PROB<TAB>TOKENS`, --tokens adding the per-token
 values, --alignment the pair's word alignment (the `score` and
 `forced_alignment` signatures).
 
-Exit status: 0 answered; 1 bad flags, server or answer; 2 an input and
---target of different line counts, or an unreadable --target.
+Exit status: 0 answered; 1 bad flags, server or answer; 2 an unreadable
+input or --target (the file, or stdin, and the line named), or the two of
+different line counts.
 """
 
 import sys
@@ -31,6 +32,7 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
+from tf_transformer.data.corpora import read_input
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -84,9 +86,7 @@ def main(argv):
   rest = FLAGS.protocol == "rest"
   server = FLAGS.server or ("localhost:8501" if rest else "localhost:8500")
   try:
-    source = open(FLAGS.input, encoding="utf-8") if FLAGS.input else sys.stdin
-    with source:
-      texts = [line.rstrip("\r\n") for line in source]
+    texts = read_input(FLAGS.input)
     targets = None
     if FLAGS.target:
       targets = read_lines(FLAGS.target)

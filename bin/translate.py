@@ -23,6 +23,7 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
+from tf_transformer.data.corpora import read_input
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -54,9 +55,7 @@ flags.register_multi_flags_validator(
 def main(argv):
   del argv
   try:
-    source = open(FLAGS.input, encoding="utf-8") if FLAGS.input else sys.stdin
-    with source:
-      texts = [line.rstrip("\r\n") for line in source]
+    texts = read_input(FLAGS.input)
     prefixes = (read_lines(FLAGS.target_prefix) if FLAGS.target_prefix
                 else None)
     if prefixes is not None:

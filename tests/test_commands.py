@@ -30,20 +30,22 @@ print(f"\\nstatus={status} loaded={','.join(loaded) or 'none'}")
 """
 
 
-def _probe(script, *args):
+def _probe(script, *args, stdin=b""):
   """(exit status, 'none' or the heavy modules loaded, stdout, stderr)."""
   result = subprocess.run(
       [sys.executable, "-c", PROBE, os.path.join(REPO, "bin", script),
-       *args], capture_output=True, text=True, timeout=120, cwd=REPO)
-  last = result.stdout.splitlines()[-1]
+       *args], capture_output=True, input=stdin, timeout=120, cwd=REPO)
+  out, err = (s.decode("utf-8", "replace") for s in (result.stdout,
+                                                      result.stderr))
+  last = out.splitlines()[-1]
   status, loaded = (part.split("=", 1)[1] for part in last.split())
-  return int(status), loaded, result.stdout, result.stderr
+  return int(status), loaded, out, err
 
 
-def _assert_refused(script, args, message, expected_status=1):
+def _assert_refused(script, args, message, expected_status=1, stdin=b""):
   """`script args` exits with `expected_status`, `message` in its stderr,
   no traceback, and neither TensorFlow nor Keras imported."""
-  status, loaded, _, err = _probe(script, *args)
+  status, loaded, _, err = _probe(script, *args, stdin=stdin)
   assert status == expected_status, err[-2000:]
   assert message in err, err[-2000:]
   assert loaded == "none", f"{script} {args} imported {loaded}"
@@ -124,14 +126,32 @@ def test_a_bad_flag_is_refused_before_tensorflow_loads(script, args,
     ("evaluate.py", ["--model=/nonexistent/1", "--beam_size=2",
                      "--source={one}", "--reference={one}"], 1,
      "--beam_size: the decoding is fixed in an export"),
+    ("translate.py", ["--model=/nonexistent/1", "--input={latin1}"], 2,
+     "translate: error: {latin1}:2: invalid UTF-8"),
+    ("translate.py", ["--model=/nonexistent/1", "--input={missing}"], 2,
+     "translate: error: {missing}: no such file"),
+    ("serving_client.py", ["--model_name=m", "--input={latin1}"], 2,
+     "serving_client: error: {latin1}:2: invalid UTF-8"),
 ])
 def test_inputs_that_need_no_model_are_refused_before_tensorflow_loads(
     tmp_path, script, args, status, message):
   """Line counts that differ (exit 2, bad input files), and the choice of
   model (exit 1, bad flags), are told before TensorFlow loads (and before
   any model is read: the paths do not exist)."""
-  files = {"one": tmp_path / "one.txt", "two": tmp_path / "two.txt"}
+  files = {"one": tmp_path / "one.txt", "two": tmp_path / "two.txt",
+           "latin1": tmp_path / "latin1.txt", "missing": tmp_path / "no.txt"}
   files["one"].write_text("a\n")
   files["two"].write_text("a\nb\n")
+  files["latin1"].write_bytes("a\nstraße\n".encode("latin-1"))
   _assert_refused(script, [arg.format(**files) for arg in args],
                   message.format(**files), status)
+
+
+@pytest.mark.parametrize("script,args", [
+    ("translate.py", ["--model=/nonexistent/1"]),
+    ("serving_client.py", ["--model_name=m"])])
+def test_input_from_stdin_is_read_as_strictly_as_a_file(script, args):
+  """A line of standard input that is not UTF-8 is named by its number,
+  before TensorFlow loads or any server is asked."""
+  _assert_refused(script, args, "error: stdin:2: invalid UTF-8", 2,
+                  stdin="a\nstraße\n".encode("latin-1"))

@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import gzip
 import os
+import sys
 import zlib
 from typing import Iterator, Optional
 
@@ -50,17 +51,33 @@ def _open_lines(path: str) -> Iterator[tuple]:
   try:
     with (gzip.open if gzipped else open)(path, "rb") as f:
       for number, raw in enumerate(f, 1):
-        try:
-          line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-          raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at "
-                          f"byte {e.start}); convert the file to UTF-8 (e.g. "
-                          "iconv) or remove the line") from None
-        yield number, line.rstrip("\r\n")
+        yield number, _decoded(raw, number, path)
   except (EOFError, gzip.BadGzipFile, zlib.error) as e:
     raise DataError(f"{path}:{number + 1}: the gzip data is cut short or "
                     f"damaged ({e}); download or compress the file again"
                     ) from None
+
+
+def _decoded(raw: bytes, number: int, name: str) -> str:
+  """Line `number` of `name` as text, newline stripped; a DataError naming
+  both where it is not UTF-8."""
+  try:
+    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{name}:{number}: invalid UTF-8 ({e.reason} at "
+                    f"byte {e.start}); convert the file to UTF-8 (e.g. "
+                    "iconv) or remove the line") from None
+  return line.rstrip("\r\n")
+
+
+def read_input(path: Optional[str] = None) -> list:
+  """The lines a command translates: those of `path` as `read_lines` reads
+  them, or of standard input, as strictly (a `DataError` names "stdin" and
+  the line)."""
+  if path:
+    return read_lines(path)
+  return [_decoded(raw, number, "stdin")
+          for number, raw in enumerate(sys.stdin.buffer, 1)]
 
 
 def read_lines(path: str) -> list:
