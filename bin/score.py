@@ -17,7 +17,9 @@ pair's word alignment from the attention over the given target (Pharaoh
 pairs "i-j", as `translate.py --alignment` and `marian-scorer --alignment`
 print them; docs/decoding.md#word-alignments). Sources are cut to the
 model's input limit and targets to input limit + max_length_offset
-subwords, as translation cuts them.
+subwords, as translation cuts them. Pairs are scored in batches of like
+length (--batch_tokens subwords a side, padding included, as translate.py
+batches), and printed in input order.
 
 Exit status: 0 scored; 1 bad flags or model; 2 bad input files (one line
 naming them).
@@ -44,7 +46,8 @@ flags.DEFINE_string("target", None, "Their translations to score, "
 flags.DEFINE_string("output", None, "Output file (default: stdout).")
 flags.DEFINE_bool("tokens", False, "Add each target token's log-probability "
                   "(its subwords', then the end-of-sentence token's).")
-flags.DEFINE_integer("batch_size", 32, "Pairs per batch.", lower_bound=1)
+translator_flags.define_batching_flags(
+    "Pairs", "subwords a side (a pair's longer side counts)")
 flags.mark_flags_as_required(["model", "source", "target"])
 translator_flags.define_alignment_flags(
     "over each given target; SavedModel, CTranslate2 and run",
@@ -64,7 +67,9 @@ def main(argv):
     scorer = runner.open_scorer(FLAGS.model, FLAGS.alignment,
                                 FLAGS.alignment_layer)
     with Progress("scored", len(sources), "pairs") as progress:
-      results = scorer.score(sources, targets, FLAGS.batch_size, progress)
+      batch_size, batch_tokens = translator_flags.batching()
+      results = scorer.score(sources, targets, batch_size, progress,
+                             batch_tokens)
   except DataError as e:
     print(f"score: error: {e}", file=sys.stderr)
     return 2

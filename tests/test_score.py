@@ -215,6 +215,43 @@ def test_bin_score_names_bad_input(exported, tmp_path):
           in result.stderr), result.stderr[-2000:]
 
 
+def test_length_batches_hold_their_budget_and_results_keep_input_order():
+  """With batch_tokens, a Scorer sorts pairs by their longer side and cuts
+  batches within the budget (longest side x pairs), longest first; results
+  come back in input order."""
+  batches = []
+
+  def batch_fn(sources, targets):
+    batches.append(list(zip(sources, targets)))
+    return [(-float(len(t.split())), [0.0]) for t in targets]
+
+  sources = ["a b c", "a", "a b c d e f g", "a b", "a b c d"]
+  targets = ["x", "x y z w", "x y", "x y z", "x"]
+  scorer = Scorer(batch_fn)  # no counter: whitespace words + 1
+  results = scorer.score(sources, targets, batch_tokens=10)
+  assert [r[0] for r in results] == [-1.0, -4.0, -2.0, -3.0, -1.0]
+  lengths = [[max(len(s.split()), len(t.split())) + 1 for s, t in batch]
+             for batch in batches]
+  assert lengths == [[8], [5, 5], [4, 4]]
+  assert all(max(b) * len(b) <= 10 for b in lengths)
+  batches.clear()
+  assert scorer.score(sources, targets, batch_size=2) == results
+  assert [len(b) for b in batches] == [2, 2, 1]  # file order
+  assert batches[0] == [("a b c", "x"), ("a", "x y z w")]
+
+
+def test_length_batches_score_as_file_order(exported):
+  """The export's scores do not depend on the batching (but for float32
+  rounding); its own tokenizer counts the lengths."""
+  scorer = Scorer.from_export(exported)
+  by_length = scorer.score(SOURCES, REFERENCES, batch_tokens=40)
+  in_order = scorer.score(SOURCES, REFERENCES, batch_size=5)
+  for (total, tokens), (want_total, want_tokens) in zip(by_length, in_order):
+    assert len(tokens) == len(want_tokens)
+    np.testing.assert_allclose(tokens, want_tokens, rtol=0, atol=1e-5)
+    assert total == pytest.approx(want_total, abs=1e-4)
+
+
 def test_an_export_without_forced_alignment_is_asked_to_export_again(
     trained_numbers_run, tmp_path):
   from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top

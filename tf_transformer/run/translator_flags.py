@@ -99,12 +99,18 @@ def define_flags():
       "model_dir", None, "Or a training run / averaged model; repeated "
       "(--model_dir=A --model_dir=B, runs or RUN/ckpt-N checkpoints of one "
       "vocabulary), an ensemble of them.")
-  flags.DEFINE_integer("batch_size", None, "Sentences per batch with "
+  define_batching_flags()
+
+
+def define_batching_flags(items="Sentences", tokens="source subwords"):
+  """--batch_size and --batch_tokens, read by `batching`; `items`: what a
+  batch holds, `tokens`: what its budget counts, for the help."""
+  flags.DEFINE_integer("batch_size", None, f"{items} per batch with "
                        "--batch_tokens=0 (default 32); with --batch_tokens, "
                        "at most this many (default: no limit).",
                        lower_bound=1)
   flags.DEFINE_integer("batch_tokens", 2048, "Sort the input by length and "
-                       "batch it by this many source subwords, padding "
+                       f"batch it by this many {tokens}, padding "
                        "included (OpenNMT-tf's, fairseq's and Marian's "
                        "batching); outputs stay in input order. 0: batches "
                        "of --batch_size in input order.", lower_bound=0)

@@ -9,7 +9,10 @@ import tensorflow as tf
 
 from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving.output import score_rows
+from tf_transformer.decoding.text import length_batches
+from tf_transformer.serving.translator import counter_of
 from tf_transformer.serving.translator import string_batch
+from tf_transformer.serving.translator import token_lengths
 
 
 class Scorer:
@@ -21,10 +24,14 @@ class Scorer:
   Args:
     batch_fn: (sources, targets) -> [(log_prob, [token log-probs])], or
       with alignments [(log_prob, [token log-probs], pairs)].
+    count_fn: texts -> (subwords per text, the input limit), for batches
+      of pairs of like length (`translator.token_lengths`); None:
+      whitespace words.
   """
 
-  def __init__(self, batch_fn):
+  def __init__(self, batch_fn, count_fn=None):
     self._batch_fn = batch_fn  # (sources, targets) -> [(total, tokens)]
+    self._count_fn = count_fn
 
   @classmethod
   def from_export(cls, path, alignment=False, alignment_layer=None):
@@ -46,9 +53,11 @@ class Scorer:
       if alignment:
         return cls(lambda s, t: [
             (float(np.sum(v)), list(v), pairs)
-            for v, pairs in decoder.forced_alignments(s, t, alignment_layer)])
+            for v, pairs in decoder.forced_alignments(s, t, alignment_layer)],
+                   decoder.count_input_tokens)
       return cls(lambda s, t: [(float(np.sum(v)), list(v))
-                               for v in decoder.token_log_probs(s, t)])
+                               for v in decoder.token_log_probs(s, t)],
+                 decoder.count_input_tokens)
     if not tf.saved_model.contains_saved_model(path):
       raise FileNotFoundError(
           f"{path}: neither a SavedModel version (saved_model.pb), a "
@@ -60,7 +69,9 @@ class Scorer:
     if name not in loaded.signatures:
       raise ValueError(f"{path} has no {name} signature (exported before "
                        "it existed): export it again")
-    return cls(_rows(loaded.signatures[name], alignment, alignment_layer))
+    counts = getattr(loaded, "count_input_tokens", None)
+    return cls(_rows(loaded.signatures[name], alignment, alignment_layer),
+               counts and counter_of(counts))
 
   @classmethod
   def from_module(cls, module, alignment=False, alignment_layer=None):
@@ -74,31 +85,47 @@ class Scorer:
       The `Scorer`.
     """
     # The closure holds the module: its tf.functions hold it only weakly.
+    counts = counter_of(module.count_input_tokens)
     if alignment:
       return cls(_rows(lambda **tensors: module.forced_alignment(**tensors),
-                       True, alignment_layer))
-    return cls(_rows(lambda **tensors: module.score(**tensors)))
+                       True, alignment_layer), counts)
+    return cls(_rows(lambda **tensors: module.score(**tensors)), counts)
 
-  def score(self, sources, targets, batch_size=32, progress=None):
+  def score(self, sources, targets, batch_size=32, progress=None,
+            batch_tokens=0):
     """log P(target | source) of each pair (`decoding/scoring.py`).
 
     Args:
       sources, targets: line-aligned strings.
-      batch_size: pairs a batch.
+      batch_size: pairs a batch (at most, with `batch_tokens`).
       progress: a `progress.Progress`, told of each scored batch.
+      batch_tokens: > 0: the pairs are sorted by length (the longer side's
+        subwords, as the source's tokenizer counts them and cut at the
+        input limit: an estimate where the sides differ) and cut into
+        batches of at most this many padded tokens a side, as
+        `Translator.translate` batches; 0: `batch_size` pairs a batch in
+        file order.
     Returns:
-      [(log_prob, [each target subword's and the EOS's log-prob])];
-      ValueError where the counts differ.
+      [(log_prob, [each target subword's and the EOS's log-prob])], in the
+      pairs' order; ValueError where the counts differ.
     """
     if len(sources) != len(targets):
       raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-    results = []
-    for start in range(0, len(sources), batch_size):
-      end = start + batch_size
-      results += self._batch_fn(list(sources[start:end]),
-                                list(targets[start:end]))
+    if batch_tokens > 0:
+      lengths = [max(s, t) for s, t in zip(
+          token_lengths(self._count_fn, sources),
+          token_lengths(self._count_fn, targets))]
+      batches = length_batches(lengths, batch_tokens, batch_size)
+    else:
+      batches = [range(start, min(start + batch_size, len(sources)))
+                 for start in range(0, len(sources), batch_size)]
+    results = [None] * len(sources)
+    for rows in batches:
+      for row, result in zip(rows, self._batch_fn(
+          [sources[r] for r in rows], [targets[r] for r in rows])):
+        results[row] = result
       if progress:
-        progress.add(len(sources[start:end]))
+        progress.add(len(rows))
     return results
 
 

@@ -84,7 +84,7 @@ class Translator:
       attention = loaded.signatures.get("attention")
       if attention is not None and "score" not in attention.structured_outputs:
         attention = None
-    return cls(_nbest_fn(nbest), nbest_size, counts and _count_fn(counts),
+    return cls(_nbest_fn(nbest), nbest_size, counts and counter_of(counts),
                prefix and _prefix_fn(prefix),
                _align_fn(attention) if attention is not None else None,
                f"{path} has no alignment signature (exported before "
@@ -101,7 +101,7 @@ class Translator:
       The `Translator`.
     """
     return cls(_nbest_fn(lambda **kw: module.nbest(**kw)), module.nbest_size,
-               _count_fn(module.count_input_tokens),
+               counter_of(module.count_input_tokens),
                _prefix_fn(lambda **kw: module.translate_with_prefix(**kw)),
                _align_fn(lambda **kw: module.alignment(**kw)))
 
@@ -146,7 +146,7 @@ class Translator:
           f"{_their(empty)} translation is whatever the model says for "
           "nothing")
     if self._count_fn and texts:
-      counts, limit = self._subword_counts(texts)
+      counts, limit = subword_counts(self._count_fn, texts)
       cut = [(i, n) for i, n in enumerate(counts, 1) if n > limit]
       if cut:
         longest = max(n for _, n in cut)
@@ -238,19 +238,27 @@ class Translator:
       Its subwords, cut to the input limit, plus EOS (whitespace words
       where an old export cannot count subwords), a text.
     """
-    if self._count_fn is None:
-      return [len(text.split()) + 1 for text in texts]
-    counts, limit = self._subword_counts(texts)
-    return [min(n, limit) + 1 for n in counts]
+    return token_lengths(self._count_fn, texts)
 
-  def _subword_counts(self, texts):
-    """(each text's subwords before the cut, the input limit), counted by
-    the model's own tokenizer 1,024 texts a call."""
-    counts, limit = [], 0
-    for start in range(0, len(texts), 1024):
-      chunk, limit = self._count_fn(list(texts[start:start + 1024]))
-      counts += [int(n) for n in chunk]
-    return counts, limit
+
+def token_lengths(count_fn, texts):
+  """Each text's length as a model reads it: its subwords, cut to the
+  input limit, plus EOS (`count_fn`: texts -> (subwords per text, the
+  limit), or None for an export too old to count: whitespace words + 1)."""
+  if count_fn is None:
+    return [len(text.split()) + 1 for text in texts]
+  counts, limit = subword_counts(count_fn, texts)
+  return [min(n, limit) + 1 for n in counts]
+
+
+def subword_counts(count_fn, texts):
+  """(each text's subwords before the cut, the input limit), counted by
+  `count_fn`, the model's own tokenizer, 1,024 texts a call."""
+  counts, limit = [], 0
+  for start in range(0, len(texts), 1024):
+    chunk, limit = count_fn(list(texts[start:start + 1024]))
+    counts += [int(n) for n in chunk]
+  return counts, limit
 
 
 def string_batch(texts):
@@ -282,7 +290,9 @@ def _prefix_fn(translate_with_prefix):
   return translate
 
 
-def _count_fn(count_input_tokens):
+def counter_of(count_input_tokens):
+  """`token_lengths`' count_fn over a `count_input_tokens` function (an
+  export's or a module's)."""
   def count(texts):
     out = count_input_tokens(string_batch(texts))
     return out["tokens"].numpy(), int(out["max_input_tokens"])
