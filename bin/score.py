@@ -35,7 +35,7 @@ from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.progress import Progress
 from tf_transformer.run import translator_flags
-from tf_transformer.serving.output import score_line
+from tf_transformer.serving.output import score_lines
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "A SavedModel version (NAME/VERSION), a "
@@ -80,8 +80,7 @@ def main(argv):
             else sys.stdout)
   with output:
     output.write("".join(
-        score_line(result[0], result[1], FLAGS.tokens, *result[2:]) + "\n"
-        for result in results))
+        line + "\n" for line in score_lines(results, FLAGS.tokens)))
   return 0
 
 

@@ -38,7 +38,7 @@ from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
 from tf_transformer.serving.output import aligned_lines
 from tf_transformer.serving.output import output_lines
-from tf_transformer.serving.output import score_line
+from tf_transformer.serving.output import score_lines
 from tf_transformer.serving import client
 
 FLAGS = flags.FLAGS
@@ -99,10 +99,11 @@ def main(argv):
       batch = texts[start:start + FLAGS.batch_size]
       if targets is not None:
         score = client.rest_score if rest else client.grpc_score
-        lines = [score_line(r[0], r[1], FLAGS.tokens, *r[2:]) for r in score(
+        lines = score_lines(score(
             server, FLAGS.model_name, batch,
             targets[start:start + FLAGS.batch_size], FLAGS.alignment,
-            FLAGS.alignment_layer, FLAGS.model_version, FLAGS.timeout)]
+            FLAGS.alignment_layer, FLAGS.model_version, FLAGS.timeout),
+                            FLAGS.tokens)
       elif FLAGS.alignment:
         align = client.rest_align if rest else client.grpc_align
         lines = aligned_lines(

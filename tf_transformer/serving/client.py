@@ -115,11 +115,14 @@ def scored(outputs, alignment=False, layer=None):
   Returns:
     What bin/score.py prints (`output.score_rows`).
   """
-  if alignment:
-    _require(outputs, SCORE_OUTPUTS + ATTENTION_OUTPUTS, FORCED_ALIGNMENT)
-  else:
-    _require(outputs, SCORE_OUTPUTS, SCORE)
+  _require(outputs, SCORE_OUTPUTS + (ATTENTION_OUTPUTS if alignment else ()),
+           _score_signature(alignment))
   return output.score_rows(outputs, alignment, layer)
+
+
+def _score_signature(alignment):
+  """`forced_alignment` with alignments, else `score`."""
+  return FORCED_ALIGNMENT if alignment else SCORE
 
 
 # REST.
@@ -173,10 +176,9 @@ def rest_score(server, model_name, sources, targets, alignment=False,
                layer=None, version=None, timeout=60.0):
   """[(log_prob, [token log-probs])] of each (source, target) pair, with
   `alignment` [(log_prob, [...], alignment)] (`scored`)."""
-  signature = FORCED_ALIGNMENT if alignment else SCORE
   return scored(_rest_outputs(_rest_answer(
-      server, model_name, sources, signature, version, timeout, targets)),
-                alignment, layer)
+      server, model_name, sources, _score_signature(alignment), version,
+      timeout, targets)), alignment, layer)
 
 
 def _rest_outputs(body):
@@ -273,10 +275,9 @@ def grpc_align(server, model_name, texts, layer=None, version=None,
 def grpc_score(server, model_name, sources, targets, alignment=False,
                layer=None, version=None, timeout=60.0):
   """`rest_score` over gRPC."""
-  signature = FORCED_ALIGNMENT if alignment else SCORE
   return scored(_grpc_outputs(_grpc_answer(
-      server, model_name, sources, signature, version, timeout, targets)),
-                alignment, layer)
+      server, model_name, sources, _score_signature(alignment), version,
+      timeout, targets)), alignment, layer)
 
 
 def _grpc_outputs(response):

@@ -96,3 +96,9 @@ def score_line(log_prob, token_log_probs, with_tokens=False, pairs=None):
   if pairs is not None:
     fields.append(pairs)
   return "\t".join(fields)
+
+
+def score_lines(results, with_tokens=False):
+  """bin/score.py's lines (`score_line`) for `Scorer.score`'s results,
+  with their alignments where they have them."""
+  return [score_line(r[0], r[1], with_tokens, *r[2:]) for r in results]

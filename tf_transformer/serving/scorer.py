@@ -7,9 +7,9 @@ CTranslate2 export gives each target given its source, and with
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.decoding.text import length_batches
 from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving.output import score_rows
+from tf_transformer.serving.translator import batch_indices
 from tf_transformer.serving.translator import counter_of
 from tf_transformer.serving.translator import string_batch
 from tf_transformer.serving.translator import token_lengths
@@ -111,16 +111,12 @@ class Scorer:
     """
     if len(sources) != len(targets):
       raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-    if batch_tokens > 0:
-      lengths = [max(s, t) for s, t in zip(
-          token_lengths(self._count_fn, sources),
-          token_lengths(self._count_fn, targets))]
-      batches = length_batches(lengths, batch_tokens, batch_size)
-    else:
-      batches = [range(start, min(start + batch_size, len(sources)))
-                 for start in range(0, len(sources), batch_size)]
+    lengths = lambda: [max(s, t) for s, t in zip(
+        token_lengths(self._count_fn, sources),
+        token_lengths(self._count_fn, targets))]
     results = [None] * len(sources)
-    for rows in batches:
+    for rows in batch_indices(len(sources), batch_size, batch_tokens,
+                              lengths):
       for row, result in zip(rows, self._batch_fn(
           [sources[r] for r in rows], [targets[r] for r in rows])):
         results[row] = result

@@ -221,13 +221,9 @@ class Translator:
     return results
 
   def _batches(self, texts, batch_size, batch_tokens):
-    """Lists of indices into `texts`: length-sorted by `batch_tokens` (> 0),
-    else `batch_size` a batch in file order."""
-    if batch_tokens > 0:
-      return length_batches(self.input_lengths(texts), batch_tokens,
-                            batch_size)
-    return [list(range(start, min(start + batch_size, len(texts))))
-            for start in range(0, len(texts), batch_size)]
+    """`batch_indices` of `texts`, by their `input_lengths`."""
+    return batch_indices(len(texts), batch_size, batch_tokens,
+                         lambda: self.input_lengths(texts))
 
   def input_lengths(self, texts):
     """Each text's source length as the model sees it.
@@ -239,6 +235,26 @@ class Translator:
       where an old export cannot count subwords), a text.
     """
     return token_lengths(self._count_fn, texts)
+
+
+def batch_indices(count, batch_size, batch_tokens, lengths):
+  """How `count` inputs are batched.
+
+  Args:
+    count: the inputs.
+    batch_size: inputs a batch (at most, with `batch_tokens`).
+    batch_tokens: > 0: sorted by length and cut into batches of at most
+      that many tokens, padding included (`length_batches`); 0: batches of
+      `batch_size` in input order.
+    lengths: () -> each input's length in tokens, called only where
+      `batch_tokens` > 0.
+  Returns:
+    Lists of indices into the inputs.
+  """
+  if batch_tokens > 0:
+    return length_batches(lengths(), batch_tokens, batch_size)
+  return [list(range(start, min(start + batch_size, count)))
+          for start in range(0, count, batch_size)]
 
 
 def token_lengths(count_fn, texts):
