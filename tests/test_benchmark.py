@@ -22,6 +22,8 @@ from tf_transformer.benchmark import decoding_speed, timing
 
 def test_benchmark_writes_every_figure(tmp_path):
   output = tmp_path / "report.json"
+  scratch = tmp_path / "tmp"  # the command's TMPDIR: left empty at the end
+  scratch.mkdir()
   result = run_script(
       "benchmark.py", "--config=tiny", "--vocab_size=1000",
       "--sections=train,scaling,decode",
@@ -29,8 +31,9 @@ def test_benchmark_writes_every_figure(tmp_path):
       "--batch_tokens=256", "--scaling_lengths=8", "--decode_sentences=8",
       "--decode_batch_size=4", "--token_steps=6,8", "--beam_sizes=1,2",
       "--runs=1", "--warmup=1", "--matmul_size=128", "--bandwidth_megabytes=4",
-      f"--output={output}")
+      f"--output={output}", env={"TMPDIR": str(scratch)})
   assert result.returncode == 0, result.stderr[-3000:]
+  assert not list(scratch.iterdir()), "left behind in TMPDIR"
   report = json.loads(output.read_text())
   machine = report["machine"]
   assert machine["cores"] >= 1 and machine["versions"]["tensorflow"]

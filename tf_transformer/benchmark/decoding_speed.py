@@ -14,7 +14,6 @@ import math
 import os
 import random
 import statistics
-import tempfile
 import time
 
 import tensorflow as tf
@@ -59,10 +58,10 @@ def sentences(vocabulary, count, words_per_sentence, seed=0):
           for _ in range(count)]
 
 
-def export_model(model, vocabulary, options, directory=None):
-  """Exports `model` as bin/export.py does (no XLA); returns the path."""
+def export_model(model, vocabulary, options, directory):
+  """Exports `model` as bin/export.py does (no XLA) under `directory`, which
+  the caller owns and removes; returns the export's path."""
   module = TranslationModule(model, vocabulary, options)
-  directory = directory or tempfile.mkdtemp(prefix="tf_transformer_bench_")
   return export_lib.export(module, os.path.join(directory, "model"))
 
 

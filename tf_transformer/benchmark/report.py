@@ -6,6 +6,7 @@ flags."""
 import dataclasses
 import json
 import os
+import tempfile
 import time
 
 def _variants(o):
@@ -91,17 +92,18 @@ def decode_section(o, config, report):
              "output_tokens_per_sec", "output_tokens_per_sentence"]
   _print_header("decoding (exported SavedModel, text in and out)", columns)
   for method in ("beam", "greedy"):
-    path = decoding_speed.export_model(model, vocabulary, DecodingOptions(
-        method=method, max_decode_length_offset=1))
-    for batch_size in sorted({1, o.decode_batch_size}):
-      # Batch 1 over every sentence would take long: 1/8 of them.
-      subset = texts if batch_size > 1 else texts[:max(
-          8, len(texts) // 8)]
-      row = decoding_speed.measure_saved_model(path, vocabulary, subset,
-                                               batch_size, o.runs)
-      rows.append({"search": "beam 4" if method == "beam" else "greedy",
-                   **row})
-      _print_rows(rows[-1:], columns)
+    with tempfile.TemporaryDirectory(prefix="tf_transformer_bench_") as tmp:
+      path = decoding_speed.export_model(model, vocabulary, DecodingOptions(
+          method=method, max_decode_length_offset=1), tmp)
+      for batch_size in sorted({1, o.decode_batch_size}):
+        # Batch 1 over every sentence would take long: 1/8 of them.
+        subset = texts if batch_size > 1 else texts[:max(
+            8, len(texts) // 8)]
+        row = decoding_speed.measure_saved_model(path, vocabulary, subset,
+                                                 batch_size, o.runs)
+        rows.append({"search": "beam 4" if method == "beam" else "greedy",
+                     **row})
+        _print_rows(rows[-1:], columns)
   per_token = {}
   print()
   steps = [int(n) for n in o.token_steps]
