@@ -70,6 +70,10 @@ def test_help_lists_the_flags_without_tensorflow(script):
      "--temperature=0.0: must be > 0"),
     ("translate.py", ["--top_k=-1"], "--top_k"),
     ("translate.py", ["--top_p=0"], "--top_p=0.0: must be in (0, 1]"),
+    ("translate.py", ["--min_length=-1"], "--min_length"),
+    ("export.py", ["--model_dir=/nonexistent/run", "--export_dir=/n/e",
+                   "--no_repeat_ngram_size=1"],
+     "--no_repeat_ngram_size=1: must be 0 (off) or >= 2"),
     ("export.py", ["--model_dir=/nonexistent/run", "--export_dir=/n/e",
                    "--num_samples=0"], "--num_samples"),
     ("translate.py", ["--alignment_layer=2"], "--alignment_layer is read "

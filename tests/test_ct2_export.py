@@ -153,6 +153,38 @@ def test_nucleus_sampling_through_ctranslate2(trained, tmp_path):
       row * 2 for row in greedy]
 
 
+def test_bans_reach_ctranslate2(trained, tmp_path):
+  """The export's min_length and no_repeat_ngram_size reach CTranslate2
+  (`min_decoding_length`, `no_repeat_ngram_size`): outputs made longer than
+  the model would stop repeat a bigram unless it is banned."""
+  model, vocab = run_dir.load_trained_model(str(trained))
+  options = DecodingOptions(method="greedy")
+  decoder = CT2Decoder(ct2_export.export(model, vocab, str(tmp_path / "ct2"),
+                                         options))
+  pieces = decoder.pieces(SOURCES[:40])
+
+  def outputs(**bans):
+    decoder.options = dataclasses.replace(options, **bans)
+    limit = decoder.output_limit(pieces)
+    return [decoder.ranked(result, limit)[0][0]
+            for result in decoder.translate_pieces(pieces)]
+
+  def tokens(output):  # before EOS
+    return output[:-1] if output and output[-1] == "</s>" else output
+
+  def repeats_a_bigram(output):
+    bigrams = list(zip(output, output[1:]))
+    return len(bigrams) != len(set(bigrams))
+
+  longest = max(len(tokens(o)) for o in outputs())
+  longer = outputs(min_length=longest + 4)
+  assert all(len(tokens(o)) >= longest + 4 for o in longer)
+  assert any(repeats_a_bigram(tokens(o)) for o in longer)  # else no test
+  banned = outputs(min_length=longest + 4, no_repeat_ngram_size=2)
+  assert all(len(tokens(o)) >= longest + 4 for o in banned)
+  assert not any(repeats_a_bigram(tokens(o)) for o in banned)
+
+
 def test_the_reference_tells_the_two_rules_apart():
   """The rule that sets the engines apart, on steps a model could give
   (PAD UNK BOS EOS a b): first the EOS ranks third of 2k = 4 candidates, so

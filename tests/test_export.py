@@ -22,6 +22,7 @@ from tf_transformer.data import token_store
 from tf_transformer.data.epoch_batches import EpochBatches
 from tf_transformer.data.sources import DataSpec
 from tf_transformer.data import sequences
+from tf_transformer.decoding.bans import Bans
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import run_dir
@@ -219,12 +220,14 @@ def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
       rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("decoding,flags,width", [
-    ("greedy", [], 1),
+@pytest.mark.parametrize("decoding,flags,width,bans", [
+    ("greedy", [], 1, Bans()),
+    ("greedy", ["--min_length=3", "--no_repeat_ngram_size=2"], 1,
+     Bans(3, 2)),
     ("sample", ["--num_samples=3", "--top_k=5", "--top_p=1e-6",
-                "--temperature=2"], 3)])
+                "--temperature=2"], 3, Bans())])
 def test_greedy_and_sampling_exports(model_dir, tmp_path, decoding, flags,
-                                     width):
+                                     width, bans):
   result = run_script("export.py", f"--model_dir={model_dir}",
                       f"--export_dir={tmp_path / decoding}",
                       f"--decoding={decoding}", "--max_length_offset=10",
@@ -238,13 +241,14 @@ def test_greedy_and_sampling_exports(model_dir, tmp_path, decoding, flags,
   nbest = loaded.signatures["nbest"](text=texts)
   assert nbest["translations"].shape == (2, width)
   # Greedy, and sampling from a nucleus smaller than the likeliest token's
-  # probability (after top-k), both follow the most likely token.
+  # probability (after top-k), both follow the most likely token (not
+  # banned, where the export bans some).
   config, vocab = run_dir.load(str(model_dir))
   model = build_model(config)
   tf.train.Checkpoint(model=model).read(
       tf.train.latest_checkpoint(str(model_dir))).expect_partial()
   ids, _ = greedy_search(model, _source_ids(
-      vocab, [t.decode() for t in texts.numpy()]), 10)
+      vocab, [t.decode() for t in texts.numpy()]), 10, bans=bans)
   expected = vocab.detokenize(ids).numpy()
   for column in range(width):
     np.testing.assert_array_equal(nbest["translations"][:, column], expected)

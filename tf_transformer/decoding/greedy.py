@@ -17,13 +17,14 @@ from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import step as step_lib
 from tf_transformer.layers import masks
+from tf_transformer.decoding import bans as bans_lib
 from tf_transformer.decoding.ensemble import step_of
 from tf_transformer import special_ids
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
-                  step_weights=None, prefix=None):
+                  step_weights=None, prefix=None, bans=bans_lib.Bans()):
   """The most likely token at each step.
 
   Args:
@@ -34,6 +35,7 @@ def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
       shape for XLA.
     step_weights: see `search.decode`.
     prefix: a `prefix.Prefix` each output starts with.
+    bans: the tokens banned at a step (`bans.Bans`).
   Returns:
     (ids [batch, length] ending with EOS or cut at the limit, then PAD, with
     `max_length` columns where given; scores [batch], each output's
@@ -43,17 +45,18 @@ def greedy_search(model, source_ids, max_length_offset=50, max_length=None,
     del step
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
   return left_to_right(model, source_ids, most_likely, max_length_offset,
-                       max_length, step_weights, prefix)
+                       max_length, step_weights, prefix, bans)
 
 
 def sample_search(model, source_ids, temperature=1.0, top_k=0,
                   max_length_offset=50, seed=None, max_length=None,
-                  step_weights=None, prefix=None, top_p=1.0):
+                  step_weights=None, prefix=None, top_p=1.0,
+                  bans=bans_lib.Bans()):
   """Like `greedy_search`, drawing each token at random.
 
   Args:
-    model, source_ids, max_length_offset, max_length, step_weights, prefix:
-      as `greedy_search`'s.
+    model, source_ids, max_length_offset, max_length, step_weights, prefix,
+      bans: as `greedy_search`'s.
     temperature: the logits are divided by it before the draw.
     top_k: draw among the k most likely tokens only; 0: all.
     seed: an int makes the draws reproducible (stateless random ops);
@@ -83,7 +86,7 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
           dtype=tf.int32)
     return drawn[:, 0]
   return left_to_right(model, source_ids, draw, max_length_offset,
-                       max_length, step_weights, prefix)
+                       max_length, step_weights, prefix, bans)
 
 
 def nucleus(logits, top_p):
@@ -107,10 +110,11 @@ def nucleus(logits, top_p):
 
 
 def left_to_right(model, source_ids, pick, max_length_offset=50,
-                  max_length=None, step_weights=None, prefix=None):
+                  max_length=None, step_weights=None, prefix=None,
+                  bans=bans_lib.Bans()):
   """The loop both share: `pick(log_probs [batch, vocab], step) -> [batch]`
   chooses each next token; `prefix` (`decoding/prefix.py`) forces the
-  first ones."""
+  first ones; `bans` (`decoding/bans.py`) bans some."""
   fixed_length = max_length is not None
   decoder = step_of(model, static=fixed_length)
   batch = tf.shape(source_ids)[0]
@@ -133,10 +137,14 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
     write = lambda outputs, step, chosen: outputs.write(step, chosen)
     result = lambda outputs, step: tf.transpose(outputs.stack()[:step])
 
-  def body(step, token, cache, finished, scores, outputs):
+  def body(step, token, cache, finished, scores, outputs, history):
     logits, cache = decoder(token, step, cache, source_mask, weights)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, prefix)
+    if bans.need_history:
+      history = bans_lib.write(history, step, token)
+    logits = bans_lib.apply(logits, step, bans, history,
+                            None if prefix is None else prefix.lengths)
     log_probs = tf.nn.log_softmax(logits)
     allowed = tf.where(limits_lib.never_output(
                            log_probs.shape[-1] or tf.shape(log_probs)[-1],
@@ -148,20 +156,23 @@ def left_to_right(model, source_ids, pick, max_length_offset=50,
     chosen = tf.where(finished, PAD_ID, chosen)
     outputs = write(outputs, step, chosen)
     finished = finished | tf.equal(chosen, EOS_ID) | (step + 1 >= limits)
-    return step + 1, chosen[:, tf.newaxis], cache, finished, scores, outputs
+    return (step + 1, chosen[:, tf.newaxis], cache, finished, scores,
+            outputs, history)
 
-  def not_done(step, token, cache, finished, scores, outputs):
-    del token, cache, scores, outputs
+  def not_done(step, token, cache, finished, scores, outputs, history):
+    del token, cache, scores, outputs, history
     return (step < max_length) & ~tf.reduce_all(finished)
 
+  # The outputs so far where a ban reads them (else an empty placeholder).
+  history = tf.fill([batch, max_length if bans.need_history else 0], PAD_ID)
   loop_vars = (tf.constant(0), tf.fill([batch, 1], BOS_ID), cache,
                tf.zeros([batch], tf.bool), tf.zeros([batch], tf.float32),
-               outputs)
+               outputs, history)
   # A tf.while_loop, as beam search's (the package traces without
   # AutoGraph). The cache's buffers grow by blocks (cache.loop_shapes); the
   # rest keep their shapes.
-  step, _, _, _, scores, outputs = tf.while_loop(
+  step, _, _, _, scores, outputs, _ = tf.while_loop(
       not_done, body, loop_vars,
       shape_invariants=(None, None, cache_lib.loop_shapes(cache), None, None,
-                        None))
+                        None, None))
   return result(outputs, step), scores

@@ -20,6 +20,7 @@ from typing import Optional
 import tensorflow as tf
 
 from tf_transformer.config import DecodingConfig
+from tf_transformer.decoding import bans as bans_lib
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import shortlist as shortlist_lib
@@ -48,9 +49,10 @@ class DecodingOptions(DecodingConfig):
   """How to decode: a config's decoding part (beam_size,
   length_penalty_alpha, max_decode_length_offset; the paper's 4, 0.6, +50,
   section 6.1; the parsing preset's 21, 0.3, +300, section 6.3) and the
-  choices of one decoding: the method, sampling's settings, and how it
-  runs: `parts` independent searches over the batch (`_in_parts`), or
-  compiled by XLA (`xla`, `_in_buckets`); the same outputs either way."""
+  choices of one decoding: the method, sampling's settings, the tokens
+  banned at a step (`min_length`, `no_repeat_ngram_size`: `bans.py`), and
+  how it runs: `parts` independent searches over the batch (`_in_parts`),
+  or compiled by XLA (`xla`, `_in_buckets`); the same outputs either way."""
   method: str = "beam"
   temperature: float = 1.0
   top_k: int = 0
@@ -59,12 +61,15 @@ class DecodingOptions(DecodingConfig):
   seed: Optional[int] = None
   parts: int = 1
   xla: bool = False
+  min_length: int = 0
+  no_repeat_ngram_size: int = 0
 
   def __post_init__(self):
     super().__post_init__()
     if self.method not in METHODS:
       raise ValueError(f"method={self.method!r}: one of {METHODS}")
     limits_lib.check_sampling(self.temperature, self.top_k, self.top_p)
+    bans_lib.check(self.min_length, self.no_repeat_ngram_size)
     if self.num_samples < 1:
       raise ValueError(f"num_samples={self.num_samples}: must be >= 1")
     if self.parts < 1:
@@ -91,6 +96,11 @@ class DecodingOptions(DecodingConfig):
       if old in values:
         values[new] = values.pop(old)
     return cls(**values)
+
+  @property
+  def bans(self) -> bans_lib.Bans:
+    """The tokens banned at a step (`decoding/bans.py`)."""
+    return bans_lib.Bans(self.min_length, self.no_repeat_ngram_size)
 
   @property
   def nbest(self) -> int:
@@ -160,13 +170,14 @@ def _search(model, source_ids, options, prefix=None, step_weights=None,
   if options.method == "greedy":
     ids, log_probs = greedy_search(
         model, source_ids, options.max_decode_length_offset, max_length,
-        step_weights, prefix)
+        step_weights, prefix, bans=options.bans)
   else:
     ids, log_probs = sample_search(
         model, tile_beams(source_ids, n), options.temperature, options.top_k,
         options.max_decode_length_offset, options.seed, max_length,
         step_weights, prefix and prefix_lib.Prefix(
-            *[tile_beams(x, n) for x in prefix]), top_p=options.top_p)
+            *[tile_beams(x, n) for x in prefix]), top_p=options.top_p,
+        bans=options.bans)
   lengths = _lengths(ids)
   penalty = length_penalty(lengths, options.length_penalty_alpha)
   scores = tf.reshape(log_probs / penalty, [batch, n])
@@ -323,22 +334,41 @@ def _beam(model, source_ids, options, max_length=None, step_weights=None,
            "source_mask": source_mask}
   if prefix is not None:  # per sentence, as the source mask
     cache["prefix"] = prefix
+  bans = options.bans
+  if bans.need_history:  # [batch, beam, max_length], as the hypotheses
+    cache["history"] = tf.fill([batch_size, beam_size, max_length], PAD_ID)
 
   def symbols_to_logits(ids, step, cache):
     logits, decoder_cache = decoder(ids, step, cache["decoder"],
                                     cache["source_mask"], weights)
+    cache = dict(cache, decoder=decoder_cache)
     if prefix is not None:
       logits = prefix_lib.force(logits, step, cache["prefix"], beam_size)
-    return logits, dict(cache, decoder=decoder_cache)
+    if bans.any:
+      history = None
+      if bans.need_history:
+        cache["history"] = bans_lib.write(cache["history"], step, ids)
+        history = tf.reshape(cache["history"], [-1, max_length])
+      logits = bans_lib.apply(
+          logits, step, bans, history, None if prefix is None else
+          tf.repeat(cache["prefix"].lengths, beam_size, axis=0))
+    return logits, cache
 
   def reorder_cache(cache, parents):
-    return dict(cache, decoder=decoder.reorder(cache["decoder"], parents))
+    reordered = dict(cache, decoder=decoder.reorder(cache["decoder"],
+                                                    parents))
+    if "history" in cache:
+      reordered["history"] = tf.gather(cache["history"], parents,
+                                       batch_dims=1)
+    return reordered
 
   def select_cache(cache, sentences):
     selected = {"decoder": decoder.select(cache["decoder"], sentences),
                 "source_mask": tf.gather(cache["source_mask"], sentences)}
     if prefix is not None:
       selected["prefix"] = prefix_lib.select(cache["prefix"], sentences)
+    if "history" in cache:
+      selected["history"] = tf.gather(cache["history"], sentences)
     return selected
 
   return beam_search(
@@ -350,5 +380,6 @@ def _beam(model, source_ids, options, max_length=None, step_weights=None,
       cache_batch_axes=dict(
           {"decoder": decoder.sentence_axes(cache["decoder"]),
            "source_mask": 0},
-          **({} if prefix is None else {"prefix": prefix_lib.Prefix(0, 0)}))
+          **({} if prefix is None else {"prefix": prefix_lib.Prefix(0, 0)}),
+          **({"history": 0} if bans.need_history else {}))
       if compact else None)

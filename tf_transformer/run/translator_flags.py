@@ -10,7 +10,7 @@ from tf_transformer.data.errors import DataError
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
                   "temperature", "top_k", "top_p", "num_samples",
-                  "sampling_seed")
+                  "sampling_seed", "min_length", "no_repeat_ngram_size")
 
 
 def define_decoding_flags():
@@ -43,6 +43,17 @@ def define_decoding_flags():
                        lower_bound=1)
   flags.DEFINE_integer("sampling_seed", None, "Sampling: a seed for "
                        "reproducible draws (default: new draws each call).")
+  flags.DEFINE_integer("min_length", None, "Every search: no EOS before "
+                       "this many tokens after the target prefix "
+                       "(CTranslate2's min_decoding_length; default 0).",
+                       lower_bound=0)
+  flags.DEFINE_integer("no_repeat_ngram_size", None, "Every search: never "
+                       "output an n-gram of this many tokens twice "
+                       "(CTranslate2's and fairseq's; default 0 = off).",
+                       lower_bound=0)
+  flags.register_validator("no_repeat_ngram_size",
+                           lambda n: n is None or n != 1,
+                           "must be 0 (off) or >= 2")
 
 
 def decoding_overrides(values=None) -> dict:

@@ -9,8 +9,8 @@ CTranslate2's search return what ours returns:
   then renormalized over the rest of the vocabulary, so every score came out
   higher than ours by -log(1 - P(EOS at step 0)) / the length penalty, and an
   empty translation, which ours may return, could not be found. So
-  `min_decoding_length=0`, the same search space and the model's own
-  log-probabilities;
+  `min_decoding_length=0` (the export's `min_length`, 0 unless asked),
+  the same search space and the model's own log-probabilities;
 - it normalizes a hypothesis' log-probability by |Y|^alpha, ours (GNMT's)
   by ((5 + |Y|) / 6)^alpha, and returns only its best `num_hypotheses` by its
   own: it is asked for every hypothesis it finished (`beam_size * patience`),
@@ -37,7 +37,11 @@ test suite's numbers models in tests/test_ct2_export.py):
   (`special_ids.NEVER_OUTPUT`) and CTranslate2 may (its `suppress_sequences`
   would renormalize every step, as its EOS ban does);
 - in a batch, a sentence whose output runs into its own limit (a repeating,
-  undertrained output) may run on to the batch's longest limit.
+  undertrained output) may run on to the batch's longest limit;
+- with `min_length` or `no_repeat_ngram_size` (both passed on), it
+  renormalizes each step over the tokens not banned, where ours keeps the
+  model's probabilities (`decoding/bans.py`): its scores are then higher,
+  and its beams may rank differently.
 """
 
 import json
@@ -170,7 +174,9 @@ class CT2Decoder:
     o = self.options
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
                   max_input_length=0, length_penalty=o.length_penalty_alpha,
-                  min_decoding_length=0,  # see the module docstring
+                  # 0 unless asked: see the module docstring
+                  min_decoding_length=o.min_length,
+                  no_repeat_ngram_size=o.no_repeat_ngram_size,
                   max_decoding_length=self.output_limit(sources),
                   use_vmap=self.use_vmap)
     if o.method == "beam":
