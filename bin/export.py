@@ -17,7 +17,9 @@ signatures as a single model's.
 
 The search is beam search with the config's beam size, alpha and length
 offset unless the decoding flags say otherwise (--decoding=greedy, or
---decoding=sample with --temperature, --top_k, --top_p, --num_samples).
+--decoding=sample with --temperature, --top_k, --top_p, --num_samples),
+and bans no token unless --min_length or --no_repeat_ngram_size says so
+(docs/decoding.md).
 --shortlist=K,N searches over each request's vocabulary shortlist, from the
 table bin/build_shortlist.py wrote in the run (docs/serving.md).
 """
