@@ -50,6 +50,23 @@ def test_repeated_ngram_tokens_equal_a_reference(size):
   assert found > 0
 
 
+def test_moving_to_pad_keeps_the_normalization():
+  logits = tf.constant(np.random.default_rng(0).normal(size=(3, 7)),
+                       tf.float32)
+  banned = tf.constant([[False, True, False, True, False, False, False],
+                        [True] * 7,  # PAD's own column is ignored
+                        [False] * 7])
+  moved = bans_lib.move_to_pad(logits, banned).numpy()
+  keep = ~banned.numpy()
+  keep[:, PAD_ID] = False
+  np.testing.assert_array_equal(moved[keep], logits.numpy()[keep])
+  assert (moved[~keep & (np.arange(7) != PAD_ID)] <= -1e9).all()
+  # Each row's softmax denominator is the model's, within float32 rounding.
+  np.testing.assert_allclose(tf.reduce_logsumexp(moved, -1),
+                             tf.reduce_logsumexp(logits, -1), rtol=1e-6)
+  np.testing.assert_array_equal(moved[2], logits.numpy()[2])
+
+
 def test_settings_are_checked():
   for bad in ({"min_length": -1}, {"no_repeat_ngram_size": 1},
               {"no_repeat_ngram_size": -2}):

@@ -12,6 +12,31 @@ SPLITS = ("train", "dev", "test")
 # The searches (section 6.1's beam search; greedy; sampling).
 METHODS = ("beam", "greedy", "sample")
 
+# The bounds of the searches' numeric settings (DecodingOptions' fields, and
+# the bin/ commands' flags of the same names): name -> (test, why). One
+# table, so that a flag is refused before TensorFlow loads in the words that
+# DecodingOptions would use.
+DECODING_BOUNDS = {
+    "temperature": (lambda t: t > 0, "must be > 0"),
+    "top_k": (lambda k: k >= 0, "must be >= 0 (0 = whole vocabulary)"),
+    "top_p": (lambda p: 0 < p <= 1, "must be in (0, 1] (1 = whole "
+              "vocabulary)"),
+    "num_samples": (lambda n: n >= 1, "must be >= 1"),
+    "min_length": (lambda n: n >= 0, "must be >= 0 (0 = none)"),
+    "no_repeat_ngram_size": (lambda n: n == 0 or n >= 2, "must be 0 (off) "
+                             "or >= 2 (1 would ban every token output "
+                             "before)"),
+}
+
+
+def check_decoding(**values):
+  """Raises ValueError naming the first setting out of DECODING_BOUNDS."""
+  for name, value in values.items():
+    test, why = DECODING_BOUNDS[name]
+    if not test(value):
+      raise ValueError(f"{name}={value}: {why}")
+
+
 # How an ensemble combines its members' next-token distributions.
 AVERAGES = ("log_probs", "probs")
 

@@ -7,8 +7,8 @@
   `no_repeat_ngram_size`, Transformers' `no_repeat_ngram_size`), against the
   loops of a weak or out-of-domain model.
 
-`apply` rewrites one step's logits as `prefix.force` does: a banned token's
-probability moves onto PAD, which no search outputs but whose probability
+`apply` rewrites one step's logits as `prefix.force` does (`move_to_pad`):
+a banned token's probability moves onto PAD, which no search outputs but whose probability
 counts in the normalization. So a search's scores stay the model's
 log P(Y|X) (what `bin/score.py` gives its outputs), where CTranslate2
 renormalizes over the tokens left. With both settings 0 (the default) no
@@ -40,16 +40,6 @@ class Bans(typing.NamedTuple):
   @property
   def need_history(self) -> bool:
     return self.no_repeat_ngram_size > 0
-
-
-def check(min_length, no_repeat_ngram_size):
-  """Raises ValueError naming the setting if a search cannot use it."""
-  if min_length < 0:
-    raise ValueError(f"min_length={min_length}: must be >= 0 (0 = none)")
-  if no_repeat_ngram_size < 0 or no_repeat_ngram_size == 1:
-    raise ValueError(f"no_repeat_ngram_size={no_repeat_ngram_size}: must "
-                     "be 0 (off) or >= 2 (1 would ban every token output "
-                     "before)")
 
 
 def write(history, step, ids):
@@ -125,8 +115,22 @@ def apply(logits, step, bans: Bans, history=None, prefix_lengths=None):
   if bans.no_repeat_ngram_size:
     banned |= repeated_ngram_tokens(history, step, bans.no_repeat_ngram_size,
                                     vocab) & after_prefix
-  banned &= column != PAD_ID
-  pad = column == PAD_ID
+  return move_to_pad(logits, banned)
+
+
+def move_to_pad(logits, banned):
+  """`logits` with the probability of the `banned` tokens added to PAD's
+  and theirs NEG_INF: PAD is never output, and the normalization (a
+  softmax's denominator) is unchanged, so scores stay log P(Y|X).
+
+  Args:
+    logits: [rows, vocab] float.
+    banned: bool, broadcastable to `logits`; PAD's column is ignored.
+  Returns:
+    [rows, vocab], the same dtype.
+  """
+  pad = tf.range(tf.shape(logits)[-1]) == PAD_ID
+  banned &= ~pad
   moved = tf.reduce_logsumexp(tf.where(banned | pad, logits, NEG_INF), -1,
                               keepdims=True)
   return tf.where(pad, moved, tf.where(banned, NEG_INF, logits))

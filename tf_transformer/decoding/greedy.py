@@ -12,12 +12,13 @@ own log P(Y|X), whatever the temperature, so samples rank like beams.
 
 import tensorflow as tf
 
+from tf_transformer.choices import check_decoding
+from tf_transformer.decoding import bans as bans_lib
 from tf_transformer.decoding import cache as cache_lib
 from tf_transformer.decoding import limits as limits_lib
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import step as step_lib
 from tf_transformer.layers import masks
-from tf_transformer.decoding import bans as bans_lib
 from tf_transformer.decoding.ensemble import step_of
 from tf_transformer import special_ids
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -67,7 +68,7 @@ def sample_search(model, source_ids, temperature=1.0, top_k=0,
   Returns:
     What `greedy_search` returns.
   """
-  limits_lib.check_sampling(temperature, top_k, top_p)
+  check_decoding(temperature=temperature, top_k=top_k, top_p=top_p)
 
   def draw(log_probs, step):
     logits = log_probs / temperature

@@ -2,7 +2,7 @@
 sentence's output has at most its source length + `max_length_offset`
 tokens (EOS included), and a search's buffers hold the batch's longest;
 and what else every search holds to: special_ids.never_output() is never an
-output, and sampling's settings."""
+output."""
 
 import numpy as np
 import tensorflow as tf
@@ -46,14 +46,3 @@ def never_output(vocab_size, ids=NEVER_OUTPUT):
     return tf.constant(np.isin(np.arange(vocab_size), ids))
   return tf.reduce_any(tf.one_hot(ids, vocab_size, on_value=True,
                                   off_value=False), axis=0)
-
-
-def check_sampling(temperature, top_k, top_p=1.0):
-  """Raises ValueError naming the setting if sampling cannot use it."""
-  if temperature <= 0:
-    raise ValueError(f"temperature={temperature}: must be > 0")
-  if top_k < 0:
-    raise ValueError(f"top_k={top_k}: must be >= 0 (0 = whole vocabulary)")
-  if not 0 < top_p <= 1:
-    raise ValueError(f"top_p={top_p}: must be in (0, 1] (1 = whole "
-                     "vocabulary)")

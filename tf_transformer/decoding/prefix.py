@@ -16,8 +16,7 @@ import typing
 
 import tensorflow as tf
 
-from tf_transformer.decoding.limits import NEG_INF
-from tf_transformer.special_ids import PAD_ID
+from tf_transformer.decoding import bans as bans_lib
 
 
 class Prefix(typing.NamedTuple):
@@ -71,10 +70,6 @@ def force(logits, step, prefix: Prefix, group_size=1):
   forcing = tf.repeat(prefix.lengths, group_size, axis=0) > step
   column = tf.minimum(step, tf.maximum(tf.shape(ids)[1] - 1, 0))
   token = tf.gather(tf.pad(ids, [[0, 0], [0, 1]]), column, axis=1)
-  vocab = tf.range(tf.shape(logits)[-1])
-  is_token = vocab == token[:, tf.newaxis]
-  rest = tf.reduce_logsumexp(tf.where(is_token, NEG_INF, logits), -1,
-                             keepdims=True)
-  forced = tf.where(is_token, logits,
-                    tf.where(vocab == PAD_ID, rest, NEG_INF))
+  is_token = tf.range(tf.shape(logits)[-1]) == token[:, tf.newaxis]
+  forced = bans_lib.move_to_pad(logits, ~is_token)
   return tf.where(forcing[:, tf.newaxis], forced, logits)

@@ -34,6 +34,8 @@ from tf_transformer.decoding import step as step_lib
 from tf_transformer.layers import masks
 from tf_transformer import special_ids
 from tf_transformer.choices import METHODS
+from tf_transformer.choices import DECODING_BOUNDS
+from tf_transformer.choices import check_decoding
 from tf_transformer.choices import XLA_WITH_SHORTLIST
 from tf_transformer.special_ids import EOS_ID, PAD_ID
 
@@ -68,10 +70,7 @@ class DecodingOptions(DecodingConfig):
     super().__post_init__()
     if self.method not in METHODS:
       raise ValueError(f"method={self.method!r}: one of {METHODS}")
-    limits_lib.check_sampling(self.temperature, self.top_k, self.top_p)
-    bans_lib.check(self.min_length, self.no_repeat_ngram_size)
-    if self.num_samples < 1:
-      raise ValueError(f"num_samples={self.num_samples}: must be >= 1")
+    check_decoding(**{name: getattr(self, name) for name in DECODING_BOUNDS})
     if self.parts < 1:
       raise ValueError(f"parts={self.parts}: must be >= 1")
     if self.xla and self.parts > 1:

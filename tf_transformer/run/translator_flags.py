@@ -5,6 +5,7 @@ from absl import app
 from absl import flags
 
 from tf_transformer.choices import AVERAGES
+from tf_transformer.choices import DECODING_BOUNDS
 from tf_transformer.choices import METHODS
 from tf_transformer.data.errors import DataError
 
@@ -28,32 +29,26 @@ def define_decoding_flags():
                        lower_bound=1)
   flags.DEFINE_float("temperature", None, "Sampling: softmax temperature "
                      "(default 1).")
-  # The bounds DecodingOptions checks, here too: refused before TensorFlow.
-  flags.register_validator("temperature", lambda t: t is None or t > 0,
-                           "must be > 0")
   flags.DEFINE_integer("top_k", None, "Sampling: draw from the k most "
-                       "likely tokens only (default 0 = all).", lower_bound=0)
+                       "likely tokens only (default 0 = all).")
   flags.DEFINE_float("top_p", None, "Sampling: then from the fewest most "
                      "likely tokens whose probabilities sum to at least p "
                      "(nucleus sampling; default 1 = all).")
-  flags.register_validator("top_p", lambda p: p is None or 0 < p <= 1,
-                           "must be in (0, 1]")
   flags.DEFINE_integer("num_samples", None, "Sampling: hypotheses drawn per "
-                       "sentence, returned best first (default 1).",
-                       lower_bound=1)
+                       "sentence, returned best first (default 1).")
   flags.DEFINE_integer("sampling_seed", None, "Sampling: a seed for "
                        "reproducible draws (default: new draws each call).")
   flags.DEFINE_integer("min_length", None, "Every search: no EOS before "
                        "this many tokens after the target prefix "
-                       "(CTranslate2's min_decoding_length; default 0).",
-                       lower_bound=0)
+                       "(CTranslate2's min_decoding_length; default 0).")
   flags.DEFINE_integer("no_repeat_ngram_size", None, "Every search: never "
                        "output an n-gram of this many tokens twice "
-                       "(CTranslate2's and fairseq's; default 0 = off).",
-                       lower_bound=0)
-  flags.register_validator("no_repeat_ngram_size",
-                           lambda n: n is None or n != 1,
-                           "must be 0 (off) or >= 2")
+                       "(CTranslate2's and fairseq's; default 0 = off).")
+  # The bounds DecodingOptions checks, in its words: refused before
+  # TensorFlow loads.
+  for name, (test, why) in DECODING_BOUNDS.items():
+    flags.register_validator(
+        name, lambda value, test=test: value is None or test(value), why)
 
 
 def decoding_overrides(values=None) -> dict:
