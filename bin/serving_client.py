@@ -11,7 +11,9 @@ With --target it scores given translations instead, as bin/score.py does:
   bin/serving_client.py --model_name=numbers --input=src.txt \
       --target=hyp.txt --tokens
 
-REST needs nothing beyond Python; gRPC needs tensorflow-serving-api
+Each request holds sentences of similar length (the input sorted by its
+whitespace words, --batch_words), as translate.py batches; the lines come out
+in input order. REST needs nothing beyond Python; gRPC needs tensorflow-serving-api
 (pip install "tf_transformer[serving]"). Output lines are those of
 bin/translate.py: the translation, with --show_scores `SCORE<TAB>TEXT`, for
 --signature=nbest `INDEX ||| TEXT ||| SCORE`, and with --alignment
@@ -36,6 +38,8 @@ from tf_transformer.data.corpora import read_input
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
+from tf_transformer.serving.batches import batch_indices
+from tf_transformer.serving.batches import word_lengths
 from tf_transformer.serving.output import aligned_lines
 from tf_transformer.serving.output import output_lines
 from tf_transformer.serving.output import score_lines
@@ -52,7 +56,15 @@ flags.DEFINE_integer("model_version", None, "A version (default: the "
 flags.DEFINE_enum("signature", "serving_default",
                   sorted(client.SIGNATURE_OUTPUTS), "Signature to call.")
 flags.DEFINE_string("input", None, "Input file (default: stdin).")
-flags.DEFINE_integer("batch_size", 32, "Sentences per request.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per request (at most, "
+                     "with --batch_words).", lower_bound=1)
+flags.DEFINE_integer("batch_words", 1024, "Sort the input by length and "
+                     "cut requests of at most this many whitespace words "
+                     "(+1 a sentence for EOS), padding included: the "
+                     "client has no tokenizer (Marian's "
+                     "--mini-batch-words); outputs stay in input order. "
+                     "0: requests of --batch_size in input order.",
+                     lower_bound=0)
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
 flags.DEFINE_float("timeout", 60.0, "Seconds to wait for each answer.")
@@ -95,27 +107,18 @@ def main(argv):
           f"--target={FLAGS.target}"))
     if not rest:  # tensors are TensorFlow's protos; after what needs none
       command.import_tensorflow_quietly()
-    for start in range(0, len(texts), FLAGS.batch_size):
-      batch = texts[start:start + FLAGS.batch_size]
-      if targets is not None:
-        score = client.rest_score if rest else client.grpc_score
-        lines = score_lines(score(
-            server, FLAGS.model_name, batch,
-            targets[start:start + FLAGS.batch_size], FLAGS.alignment,
-            FLAGS.alignment_layer, FLAGS.model_version, FLAGS.timeout),
-                            FLAGS.tokens)
-      elif FLAGS.alignment:
-        align = client.rest_align if rest else client.grpc_align
-        lines = aligned_lines(
-            align(server, FLAGS.model_name, batch, FLAGS.alignment_layer,
-                  FLAGS.model_version, FLAGS.timeout), FLAGS.show_scores)
-      else:
-        predict = client.rest_predict if rest else client.grpc_predict
-        lines = output_lines(
-            predict(server, FLAGS.model_name, batch, FLAGS.signature,
-                    FLAGS.model_version, FLAGS.timeout),
-            FLAGS.signature == "nbest", FLAGS.show_scores, start)
-      sys.stdout.write("".join(line + "\n" for line in lines))
+    sides = [texts] if targets is None else [texts, targets]
+    lengths = lambda: [max(pair) for pair in zip(*map(word_lengths, sides))]
+    lines = [None] * len(texts)  # each input's output lines
+    written = 0  # inputs whose lines are out: in input order, as they come
+    for rows in batch_indices(len(texts), FLAGS.batch_size,
+                              FLAGS.batch_words, lengths):
+      for row, row_lines in zip(rows, _request(rest, server, rows, texts,
+                                               targets)):
+        lines[row] = row_lines
+      while written < len(texts) and lines[written] is not None:
+        sys.stdout.write("".join(line + "\n" for line in lines[written]))
+        written += 1
   except DataError as e:
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 2
@@ -123,6 +126,29 @@ def main(argv):
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 1
   return 0
+
+
+def _request(rest, server, rows, texts, targets):
+  """The answers to one request, of the inputs `rows`: each input's output
+  lines."""
+  batch = [texts[r] for r in rows]
+  if targets is not None:
+    score = client.rest_score if rest else client.grpc_score
+    return [[line] for line in score_lines(score(
+        server, FLAGS.model_name, batch, [targets[r] for r in rows],
+        FLAGS.alignment, FLAGS.alignment_layer, FLAGS.model_version,
+        FLAGS.timeout), FLAGS.tokens)]
+  if FLAGS.alignment:
+    align = client.rest_align if rest else client.grpc_align
+    return [[line] for line in aligned_lines(
+        align(server, FLAGS.model_name, batch, FLAGS.alignment_layer,
+              FLAGS.model_version, FLAGS.timeout), FLAGS.show_scores)]
+  predict = client.rest_predict if rest else client.grpc_predict
+  answers = predict(server, FLAGS.model_name, batch, FLAGS.signature,
+                    FLAGS.model_version, FLAGS.timeout)
+  return [output_lines([hypotheses], FLAGS.signature == "nbest",
+                       FLAGS.show_scores, row)
+          for row, hypotheses in zip(rows, answers)]
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from tf_transformer.serving.translator import Translator
 from conftest import run_script
 
 TEXTS = ["four hundred and twenty-one", "seven", ""]
+# Every request the REST stand-in answers: (signature, its inputs).
+REQUESTS = []
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,7 @@ class _RestHandler(http.server.BaseHTTPRequestHandler):
     if not match or match.group(1) != "numbers":
       return self._answer(404, {"error": "Servable not found for request: "
                                          f"Latest({self.path})"})
+    REQUESTS.append((body["signature_name"], body["inputs"]))
     signature = self.saved_model.signatures[body["signature_name"]]
     out = signature(**{name: tf.constant(strings, tf.string)
                        for name, strings in body["inputs"].items()})
@@ -274,6 +277,42 @@ def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
       TEXTS, batch_size=32)
   assert aligned.stdout.splitlines() == [
       f"{' '.join(t.splitlines())} ||| {p}" for t, _, p in want]
+
+
+def test_command_sends_sentences_of_similar_length(saved_model,
+                                                   rest_server):
+  """Requests cut from the input sorted by length (whitespace words),
+  longest first; the lines in input order, n-best indices too; and with
+  --batch_words=0 the file in order."""
+  texts = ["seven", "four hundred and twenty-one", "", "nine hundred and two",
+           "one"]
+  stdin = "".join(t + "\n" for t in texts)
+  sorted_batches = [[1, 3], [0, 4], [2]]
+  for batch_words, batches in ((1024, sorted_batches),
+                               (0, [[0, 1], [2, 3], [4]])):
+    REQUESTS.clear()
+    result = run_script("serving_client.py", f"--server={rest_server}",
+                        "--model_name=numbers", "--show_scores",
+                        "--batch_size=2", f"--batch_words={batch_words}",
+                        input_text=stdin)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [inputs["text"] for _, inputs in REQUESTS] == [
+        [texts[i] for i in batch] for batch in batches]
+    expected = [None] * len(texts)
+    for batch in batches:
+      for row, ((text, score),) in zip(batch, _expected(
+          saved_model, "serving_default", [texts[i] for i in batch])):
+        expected[row] = f"{score:.4f}\t{' '.join(text.splitlines())}"
+    assert result.stdout.splitlines() == expected
+  # A budget of 6 words: the two 5-word sentences go one a request.
+  REQUESTS.clear()
+  nbest = run_script("serving_client.py", f"--server={rest_server}",
+                     "--model_name=numbers", "--signature=nbest",
+                     "--batch_words=6", input_text=stdin)
+  assert nbest.returncode == 0, nbest.stderr[-2000:]
+  assert [len(inputs["text"]) for _, inputs in REQUESTS] == [1, 1, 3]
+  indices = [int(line.split(" ||| ")[0]) for line in nbest.stdout.splitlines()]
+  assert indices == sorted(indices) and set(indices) == set(range(5))
 
 
 def test_command_scores_as_bin_score(saved_model, rest_server, grpc_server,

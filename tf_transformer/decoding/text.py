@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from tf_transformer.data import sequences
+from tf_transformer.serving.batches import length_batches
 
 
 def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
@@ -28,28 +29,3 @@ def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
     for row, text in zip(rows, vocabulary.detokenize(decoded).numpy()):
       outputs[row] = text.decode("utf-8")
   return outputs
-
-
-def length_batches(lengths, batch_tokens, max_sentences):
-  """Batches of texts of similar length, as OpenNMT-tf, fairseq and Marian
-  batch a file.
-
-  Args:
-    lengths: each text's length in tokens.
-    batch_tokens: the padded tokens a batch may hold (its longest length
-      times its count); a text longer than that goes alone.
-    max_sentences: the texts a batch may hold.
-  Returns:
-    Lists of indices into `lengths`, sorted by length, longest first (so
-    that a budget that is too large shows at once).
-  """
-  batches, batch, longest = [], [], 0
-  for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-    longest_with = max(longest, lengths[i])
-    if batch and (longest_with * (len(batch) + 1) > batch_tokens
-                  or len(batch) == max_sentences):
-      batches.append(batch)
-      batch, longest_with = [], lengths[i]
-    batch.append(i)
-    longest = longest_with
-  return batches + ([batch] if batch else [])

@@ -6,7 +6,8 @@ import tensorflow as tf
 
 from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
-from tf_transformer.decoding.text import length_batches
+from tf_transformer.serving.batches import batch_indices
+from tf_transformer.serving.batches import word_lengths
 
 
 class Translator:
@@ -237,32 +238,12 @@ class Translator:
     return token_lengths(self._count_fn, texts)
 
 
-def batch_indices(count, batch_size, batch_tokens, lengths):
-  """How `count` inputs are batched.
-
-  Args:
-    count: the inputs.
-    batch_size: inputs a batch (at most, with `batch_tokens`).
-    batch_tokens: > 0: sorted by length and cut into batches of at most
-      that many tokens, padding included (`length_batches`); 0: batches of
-      `batch_size` in input order.
-    lengths: () -> each input's length in tokens, called only where
-      `batch_tokens` > 0.
-  Returns:
-    Lists of indices into the inputs.
-  """
-  if batch_tokens > 0:
-    return length_batches(lengths(), batch_tokens, batch_size)
-  return [list(range(start, min(start + batch_size, count)))
-          for start in range(0, count, batch_size)]
-
-
 def token_lengths(count_fn, texts):
   """Each text's length as a model reads it: its subwords, cut to the
   input limit, plus EOS (`count_fn`: texts -> (subwords per text, the
   limit), or None for an export too old to count: whitespace words + 1)."""
   if count_fn is None:
-    return [len(text.split()) + 1 for text in texts]
+    return word_lengths(texts)
   counts, limit = subword_counts(count_fn, texts)
   return [min(n, limit) + 1 for n in counts]
 
