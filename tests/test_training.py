@@ -37,7 +37,8 @@ def test_optimizer_is_the_papers_adam(tmp_path):
 
 
 def _step(trainer, strategy, batch):
-  return trainer.compiled(trainer._train_step)(distribute(strategy, batch))
+  return trainer.steps.compiled(trainer.steps.train_step)(
+      distribute(strategy, batch))
 
 
 # Depth changes nothing that distribution and accumulation must preserve,
@@ -75,12 +76,13 @@ def test_accumulated_steps_equal_one_larger_step(tmp_path, devices):
   accumulated = make_trainer(tmp_path / "acc", strategy, overrides=ONE_LAYER,
                              gradient_accumulation_steps=2)
   copy_weights(big, accumulated)
-  big.compiled(big._train_step)(distribute(strategy, both))
-  accumulate = accumulated.compiled(accumulated._accumulate_step)
+  _step(big, strategy, both)
+  steps = accumulated.steps
+  accumulate = steps.compiled(steps.accumulate_step)
   accumulate(distribute(strategy, first))
   accumulate(distribute(strategy, second))
   assert int(accumulated.optimizer.iterations.numpy()) == 0
-  accumulated.compiled(accumulated._apply_step)()
+  steps.compiled(steps.apply_step)()
   assert int(accumulated.optimizer.iterations.numpy()) == 1
   for a, b in zip(big.model.get_weights(), accumulated.model.get_weights()):
     np.testing.assert_allclose(a, b, atol=1e-5)

@@ -42,7 +42,7 @@ def seconds_per_step(config, batch_tokens, length, runs=3, warmup=1,
         strategy or tf.distribute.OneDeviceStrategy("/cpu:0"))
     source, target_input, labels = random_pairs(
         config.model.vocab_size, batch_tokens, length)
-    update = trainer.fixed_batch_step(
+    update = trainer.steps.fixed_batch_step(
         ((tf.constant(source), tf.constant(target_input)),
          tf.constant(labels)))
 

@@ -1,13 +1,8 @@
 """The training loop of section 5 under any tf.distribute strategy.
 
-One optimizer update per step. Each replica computes the summed label-smoothed
-loss of its batch; the objective is that sum divided by the number of target
-tokens in the whole global batch (all replicas, all accumulated micro-batches),
-so the update is the same whatever the number of devices or accumulation steps
-(tested). Gradient accumulation keeps per-replica sums in ON_READ variables
-and applies once per step, as OpenNMT-tf does; Keras' own
-`gradient_accumulation_steps` averages per-batch means instead, which weights
-short batches too much.
+One optimizer update per step, by the replicas' step functions of
+`steps.DistributedSteps` (the objective normalized over the whole global
+batch, gradient accumulation).
 
 Nothing is lost: checkpoints hold the model, the optimizer (slots, step) and
 the input position (epoch, batches read in it); each epoch's order is fixed by
@@ -21,7 +16,6 @@ next step boundary and returns.
 """
 
 import dataclasses
-import inspect
 import math
 import os
 import time
@@ -35,12 +29,10 @@ from absl import logging
 from tf_transformer.data import batching
 from tf_transformer.data import epoch_batches
 from tf_transformer.data import errors
-from tf_transformer.data import pipeline_options
 from tf_transformer.data import sources
 from tf_transformer.data import token_store
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.model import build_model
-from tf_transformer.special_ids import PAD_ID
 from tf_transformer.training import optimizer as optimizer_lib
 from tf_transformer.training import schedule
 from tf_transformer.training import strategy as strategy_lib
@@ -53,10 +45,9 @@ from tf_transformer.training.checkpoints import checkpoint_paths
 from tf_transformer.training.checkpoints import step_of
 from tf_transformer.training.divergence import DivergenceMonitor
 from tf_transformer.training.evaluator import Evaluator
-from tf_transformer.training.loss import token_losses
+from tf_transformer.training.steps import DistributedSteps
 from tf_transformer.training.summaries import Summaries
 
-SUM = tf.distribute.ReduceOp.SUM
 # The budget schedule's horizon is re-planned this often (steps), from the
 # step rate measured since this run's first step (`_plan_horizon`).
 REPLAN_STEPS = 50
@@ -129,7 +120,6 @@ class Trainer:
     self.is_chief = strategy_lib.is_chief(strategy)
     optimizer_lib.set_mixed_precision(options.mixed_precision)
     keras.utils.set_random_seed(options.seed)
-    self.accumulate = options.gradient_accumulation_steps > 1
     with strategy.scope():
       self.model = build_model(config, xla_attention=options.xla_attention)
       # The budget schedule's last step, saved with checkpoints.
@@ -138,13 +128,8 @@ class Trainer:
       self.optimizer = optimizer_lib.create_optimizer(
           config, options.mixed_precision, self.horizon)
       self.optimizer.build(self.model.trainable_variables)
-      if self.accumulate:
-        on_read = dict(trainable=False,
-                       synchronization=tf.VariableSynchronization.ON_READ,
-                       aggregation=tf.VariableAggregation.SUM)
-        self.accumulated = [tf.Variable(tf.zeros_like(v), **on_read)
-                            for v in self.model.trainable_variables]
-        self.accumulated_tokens = tf.Variable(0.0, **on_read)
+    self.steps = DistributedSteps(self.model, self.optimizer, strategy,
+                                  config.training.label_smoothing, options)
     self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
@@ -162,11 +147,9 @@ class Trainer:
                       steps_per_second=self.steps_per_second))
     self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
     self.last_logged_loss = None  # the last progress line's
-    self._check_jit()
-    self._functions = {}
     self.evaluator = Evaluator(
         self.model, vocabulary, spec, strategy, self.summaries,
-        lambda batch: self.compiled(self._eval_step)(batch),
+        lambda batch: self.steps.compiled(self.steps.eval_step)(batch),
         batching.distributed_dataset_fn(
             self._token_pairs("dev"), config.training.batch_tokens,
             options.max_length),
@@ -223,172 +206,10 @@ class Trainer:
 
   # ---- steps --------------------------------------------------------------
 
-  def _forward(self, batch, training):
-    (source, target_in), target_out = batch
-    logits = self.model((source, target_in), training=training)
-    losses, nll, weights = token_losses(target_out, logits,
-                                        self.config.training.label_smoothing,
-                                        jit_compile=self.options.xla_loss)
-    source_tokens = tf.reduce_sum(tf.cast(source != PAD_ID, tf.float32))
-    return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weights),
-            source_tokens)
-
-  def _scale(self, loss):
-    if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-      return self.optimizer.scale_loss(loss)
-    return loss
-
-  def _apply(self, gradients):
-    """Applies this replica's share of the update; returns the global norm
-    of the aggregated (unscaled) gradient."""
-    variables = self.model.trainable_variables
-    context = tf.distribute.get_replica_context()
-    replicas = context.num_replicas_in_sync
-    if self.options.log_gradient_norm and replicas > 1:
-      # Keras sums gradients over replicas; sum them here first to measure
-      # the norm of the real update, and hand Keras 1/replicas of it.
-      gradients = context.all_reduce(SUM, gradients)
-      norm = tf.linalg.global_norm(gradients)
-      gradients = [g / replicas for g in gradients]
-    else:
-      norm = tf.linalg.global_norm(gradients)  # local: NaN check only
-    if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-      norm /= tf.cast(self.optimizer.dynamic_scale, norm.dtype)
-    self.optimizer.apply_gradients(zip(gradients, variables))
-    return norm
-
-  def _train_replica_step(self, batch):
-    """One replica's share of an update: (loss, nll, target tokens, source
-    tokens) summed over its batch, and the gradient norm."""
-    context = tf.distribute.get_replica_context()
-    with tf.GradientTape() as tape:
-      loss_sum, nll_sum, tokens, source_tokens = self._forward(batch, True)
-      global_tokens = context.all_reduce(SUM, tokens)
-      objective = self._scale(loss_sum / tf.maximum(global_tokens, 1.0))
-    gradients = tape.gradient(objective, self.model.trainable_variables)
-    norm = self._apply(gradients)
-    return loss_sum, nll_sum, tokens, source_tokens, norm
-
-  def _accumulate_replica_step(self, batch):
-    """One replica's gradients of a micro-batch, added to `accumulated`."""
-    with tf.GradientTape() as tape:
-      loss_sum, nll_sum, tokens, source_tokens = self._forward(batch, True)
-      objective = self._scale(loss_sum)
-    gradients = tape.gradient(objective, self.model.trainable_variables)
-    for accumulated, gradient in zip(self.accumulated, gradients):
-      accumulated.assign_add(gradient)
-    self.accumulated_tokens.assign_add(tokens)
-    return loss_sum, nll_sum, tokens, source_tokens
-
-  def _apply_accumulated_replica_step(self):
-    context = tf.distribute.get_replica_context()
-    global_tokens = tf.maximum(
-        context.all_reduce(SUM, self.accumulated_tokens.read_value()), 1.0)
-    norm = self._apply([a.read_value() / global_tokens
-                        for a in self.accumulated])
-    for accumulated in self.accumulated:
-      accumulated.assign(tf.zeros_like(accumulated))
-    self.accumulated_tokens.assign(0.0)
-    return norm
-
-  def _eval_replica_step(self, batch):
-    loss_sum, nll_sum, tokens, _ = self._forward(batch, False)
-    return loss_sum, nll_sum, tokens
-
-  def _check_jit(self):
-    if (self.options.jit_compile_step
-        and self.strategy.num_replicas_in_sync > 1
-        and not tf.config.list_logical_devices("GPU")):
-      raise ValueError("--jit_compile_step does not run under MirroredStrategy "
-                       "on logical CPU devices (XLA cannot reach other "
-                       "devices' variables); use --distribution=one_device or "
-                       "--xla_attention alone")
-
-  def _replica(self, replica_step):
-    """`replica_step` as each replica runs it: compiled by XLA with
-    --jit_compile_step."""
-    if not self.options.jit_compile_step:
-      return replica_step
-    name = replica_step.__name__
-    if name not in self._functions:
-      self._functions[name] = tf.function(replica_step, jit_compile=True,
-                                          autograph=False)
-    return self._functions[name]
-
-  def _sum(self, values):
-    return [self.strategy.reduce(SUM, v, axis=None) for v in values]
-
-  # The global steps: each runs its replica step on every replica and
-  # reduces the results. Called through `compiled`, which compiles each once.
-
-  def _train_step(self, batch):
-    """One update on a global batch: (loss, nll, target tokens, source
-    tokens) summed over the replicas, the gradient norm averaged."""
-    outputs = self.strategy.run(self._replica(self._train_replica_step),
-                                args=(batch,))
-    return self._sum(outputs[:4]) + [self.strategy.reduce(
-        tf.distribute.ReduceOp.MEAN, outputs[4], axis=None)]
-
-  def _accumulate_step(self, batch):
-    """A micro-batch's gradients added up (--gradient_accumulation_steps);
-    returns what `_train_step` does, without the norm."""
-    return self._sum(self.strategy.run(
-        self._replica(self._accumulate_replica_step), args=(batch,)))
-
-  def _apply_step(self):
-    """The accumulated gradients applied; returns the gradient norm."""
-    return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, self.strategy.run(
-        self._apply_accumulated_replica_step), axis=None)
-
-  def _eval_step(self, batch):
-    """(loss, nll, target tokens) of a dev batch, summed."""
-    return self._sum(self.strategy.run(self._eval_replica_step,
-                                       args=(batch,)))
-
-  def _any_worker(self, flag):
-    """The sum over workers of `flag` (a float)."""
-    return self.strategy.reduce(
-        SUM, self.strategy.run(lambda: tf.identity(flag)), axis=None)
-
-  def compiled(self, step):
-    """The tf.function of `step` (one of the step methods above), made at
-    its first call and kept. A step taking a batch gets the training
-    dataset's element spec (dimensions None) once `train` has opened it, so
-    it traces once whatever the bucket shapes; before that (a test's fixed
-    batches) it retraces per shape."""
-    function = self._functions.get(step.__name__)
-    if function is None:
-      takes_batch = "batch" in inspect.signature(step).parameters
-      iterator = getattr(self, "_iterator", None)
-      signature = ([iterator.element_spec[0]]
-                   if takes_batch and iterator is not None else None)
-      function = tf.function(step, input_signature=signature,
-                             reduce_retracing=True, autograph=False)
-      self._functions[step.__name__] = function
-    return function
-
-  def fixed_batch_step(self, batch):
-    """A function that runs one optimizer update on `batch`, ((source,
-    target_in), target_out) of the global batch, each call and returns its
-    summed loss: a probe's or a benchmark's step, without the input
-    pipeline."""
-    distributed = next(iter(self.strategy.experimental_distribute_dataset(
-        pipeline_options.without_autotuning(
-            tf.data.Dataset.from_tensors(batch)))))
-    step = self.compiled(self._train_step)
-    return lambda: float(step(distributed)[0])
-
   def train_one_step(self):
     """One optimizer update; returns (loss, nll, target tokens, source
     tokens, gradient norm) summed over the global batch."""
-    if not self.accumulate:
-      return [float(v) for v in
-              self.compiled(self._train_step)(self._next_batch())]
-    totals = np.zeros(4)
-    accumulate = self.compiled(self._accumulate_step)
-    for _ in range(self.options.gradient_accumulation_steps):
-      totals += [float(v) for v in accumulate(self._next_batch())]
-    return list(totals) + [float(self.compiled(self._apply_step)())]
+    return self.steps.update(self._next_batch)
 
   # ---- evaluation ---------------------------------------------------------
 
@@ -418,6 +239,7 @@ class Trainer:
     self.summaries.hparams({**self.config.flat(),
                             **dataclasses.asdict(o)})
     self._iterator = self._train_iterator()
+    self.steps.element_spec = self._iterator.element_spec[0]
     self._seconds_before = float(self.train_seconds.numpy())
     self._rate_from = None  # (step, train seconds) after this run's first
     self._plan_horizon(announce=True)
@@ -549,7 +371,7 @@ class Trainer:
                       tf.distribute.MultiWorkerMirroredStrategy):
       return value
     chief = [value, 1.0] if self.is_chief else [0.0, 0.0]
-    total = self.compiled(self._any_worker)(tf.constant(chief)).numpy()
+    total = self._over_workers(chief).numpy()
     return float(total[0] / total[1])
 
   def _time_up(self, run_start):
@@ -600,8 +422,11 @@ class Trainer:
     if not isinstance(self.strategy,
                       tf.distribute.MultiWorkerMirroredStrategy):
       return requested
-    return float(self.compiled(self._any_worker)(
-        tf.constant(float(requested)))) > 0
+    return float(self._over_workers(float(requested))) > 0
+
+  def _over_workers(self, value):
+    """The sum over workers of `value` (floats)."""
+    return self.steps.compiled(self.steps.any_worker)(tf.constant(value))
 
   def _log(self, step, window, steps, seconds, seconds_per_step):
     loss_sum, nll_sum, tokens, source_tokens, norm = window
