@@ -12,9 +12,9 @@ With --target it scores given translations instead, as bin/score.py does:
       --target=hyp.txt --tokens
 
 Each request holds sentences of similar length (the input sorted by its
-whitespace words, --batch_words), as translate.py batches; the lines come out
-in input order. REST needs nothing beyond Python; gRPC needs tensorflow-serving-api
-(pip install "tf_transformer[serving]"). Output lines are those of
+whitespace words, --batch_words), as translate.py batches; the lines come
+out in input order. REST needs nothing beyond Python; gRPC needs
+tensorflow-serving-api (pip install "tf_transformer[serving]"). Output lines are those of
 bin/translate.py: the translation, with --show_scores `SCORE<TAB>TEXT`, for
 --signature=nbest `INDEX ||| TEXT ||| SCORE`, and with --alignment
 `TEXT ||| 0-0 1-2 ...` (the export's `alignment` signature; the word pairs
