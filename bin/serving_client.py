@@ -36,10 +36,10 @@ from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
 from tf_transformer.data.corpora import read_input
 from tf_transformer.data.corpora import read_lines
+from tf_transformer.data.text_batches import batch_indices
+from tf_transformer.data.text_batches import word_lengths
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
-from tf_transformer.serving.batches import batch_indices
-from tf_transformer.serving.batches import word_lengths
 from tf_transformer.serving.output import aligned_lines
 from tf_transformer.serving.output import output_lines
 from tf_transformer.serving.output import score_lines

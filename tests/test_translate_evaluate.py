@@ -8,7 +8,7 @@ import pytest
 import sacrebleu
 
 from tf_transformer import evaluation
-from tf_transformer.serving.batches import length_batches
+from tf_transformer.data.text_batches import length_batches
 from tf_transformer.serving.translator import Translator
 from tf_transformer.serving.output import one_line
 from conftest import run_script

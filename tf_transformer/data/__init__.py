@@ -2,5 +2,6 @@
 
 raw text pairs (`corpora`: TFDS, local files, generated `numbers`)
 -> shared subword vocabulary (`vocabulary`: SentencePiece, run in the graph)
--> length buckets and token-budget batches (`batching`), section 5.1.
+-> length buckets and token-budget batches (`batching`), section 5.1;
+and the batches of a file to translate, sorted by length (`text_batches`).
 """

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tf_transformer.data import sequences
-from tf_transformer.serving.batches import length_batches
+from tf_transformer.data.text_batches import length_batches
 
 
 def translate(decode_fn, vocabulary, texts, batch_tokens=4096,

@@ -7,8 +7,8 @@ CTranslate2 export gives each target given its source, and with
 import numpy as np
 import tensorflow as tf
 
+from tf_transformer.data.text_batches import batch_indices
 from tf_transformer.serving import ct2_runtime
-from tf_transformer.serving.batches import batch_indices
 from tf_transformer.serving.output import score_rows
 from tf_transformer.serving.translator import counter_of
 from tf_transformer.serving.translator import string_batch

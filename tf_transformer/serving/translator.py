@@ -4,10 +4,10 @@ bin/translate.py, bin/evaluate.py and the main job share."""
 
 import tensorflow as tf
 
+from tf_transformer.data.text_batches import batch_indices
+from tf_transformer.data.text_batches import word_lengths
 from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
-from tf_transformer.serving.batches import batch_indices
-from tf_transformer.serving.batches import word_lengths
 
 
 class Translator:
