@@ -18,6 +18,7 @@ from tf_transformer.run import run_dir
 from tf_transformer.special_ids import EOS_ID
 from tf_transformer import get_config
 from tf_transformer.benchmark import decoding_speed, timing
+from tf_transformer.benchmark import serving_speed
 
 
 def test_benchmark_writes_every_figure(tmp_path):
@@ -162,6 +163,7 @@ def test_serving_section_compares_exports_with_ctranslate2(
     assert row["output_tokens_per_second"] > row["sentences_per_second"]
     assert 0 <= row["bleu"] <= 100
   assert rows["file", "ct2_float32"]["sentences_per_second_vs_ct2_float32"] == 1
+  assert set(serving["ct2_gemm"]) == {"ct2_float32"}
   for row in rows.values():
     unlike = row["lines_unlike_ours"]
     assert row["identical_to_ours"] == 1 - len(unlike) / len(pairs)
@@ -225,6 +227,17 @@ def test_shortlist_section_times_both_searches(tmp_path):
   assert 24 <= row["shortlist_pieces"] <= min(24 + 3 * (4 * 3 + 2),
                                               row["vocab_size"])
   assert "speedup" in result.stdout
+
+
+def test_each_worker_starts_with_its_librarys_switches():
+  """oneDNN's rewrites for a SavedModel, CTranslate2's MKL for its peer:
+  read at load, so set in the worker's environment."""
+  env = {name: serving_speed.worker_env(decoder)
+         for name, decoder in serving_speed.DECODERS.items()}
+  assert env["savedmodel"] == {"TF_ENABLE_ONEDNN_OPTS": "1"}
+  assert env["savedmodel_no_onednn"] == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+  assert env["ct2_float32"] == {"CT2_VERBOSE": "1"}
+  assert env["ct2_float32_no_mkl"] == {"CT2_VERBOSE": "1", "CT2_USE_MKL": "0"}
 
 
 def test_serving_section_needs_a_model_and_text():

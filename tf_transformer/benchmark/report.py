@@ -213,6 +213,11 @@ def serving_section(o, report):
                        "sentences": len(sentences),
                        "decoding": dataclasses.asdict(options),
                        "ct2_patience": settings.ct2_patience,
+                       # CTranslate2's float32 GEMM backend, per decoder
+                       "ct2_gemm": {name: result["ct2_sgemm_backend"]
+                                    for by in results.values()
+                                    for name, result in by.items()
+                                    if "ct2_sgemm_backend" in result},
                        "shortlist": settings.shortlist,
                        "outputs": {search: {
                            name: result["orders"][o.serving_orders[0]][

@@ -11,7 +11,9 @@ and the default float32 export rewritten to bfloat16 at load as TF Serving's
 `--mixed_precision=bfloat16` does (Grappler's
 auto_mixed_precision_onednn_bfloat16, the option that flag sets);
 CTranslate2 float32 and int8 (quantized at load) with its own beam search
-(beam, length penalty and limit as ours; its default patience of 1); the
+(beam, length penalty and limit as ours; its default patience of 1), and
+float32 without Intel MKL (CT2_USE_MKL=0: on an Intel CPU its wheel picks
+MKL, which can be the slower backend); the
 default and bfloat16 exports over the run's vocabulary shortlist (export
 --shortlist=K,N), and CTranslate2 float32 over the same table as its vmap. At
 --serving_batch_size in file order and length-sorted, one sentence at a
@@ -25,6 +27,7 @@ trace, at batch 1 and at the batch size.
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,6 +59,9 @@ class Decoder:
   # Over the run's vocabulary shortlist (export --shortlist; CTranslate2's
   # vmap of the same table).
   shortlist: bool = False
+  # CTranslate2: Intel MKL's GEMM where its wheel picks it (Intel CPUs);
+  # False: CT2_USE_MKL=0, its other backends.
+  mkl: bool = True
 
 
 DECODERS = {d.name: d for d in (
@@ -74,6 +80,7 @@ DECODERS = {d.name: d for d in (
     Decoder("ct2_float32", "ctranslate2"),
     Decoder("ct2_int8", "ctranslate2", compute_type="int8"),
     Decoder("ct2_float32_vmap", "ctranslate2", shortlist=True),
+    Decoder("ct2_float32_no_mkl", "ctranslate2", mkl=False),
 )}
 BASELINE = "ct2_float32"  # every ratio is to this decoder
 OURS = "savedmodel"  # "identical" compares with this one
@@ -171,7 +178,12 @@ def _run_worker(request, env_changes):
   if done.returncode:
     raise RuntimeError(f"serving worker failed ({request['kind']} "
                        f"{request['model']}):\n{done.stderr[-3000:]}")
-  return json.loads(done.stdout)
+  result = json.loads(done.stdout)
+  if request["kind"] == "ctranslate2":  # logged at CT2_VERBOSE=1
+    backend = re.search(r"SGEMM backend: (.*)", done.stderr)
+    result["ct2_sgemm_backend"] = (backend.group(1).strip() if backend
+                                   else "not logged")
+  return result
 
 
 def measure(model_dir, settings: Settings, log=print):
@@ -194,7 +206,6 @@ def measure(model_dir, settings: Settings, log=print):
             profile_sentences=settings.profile_sentences)
         if decoder.kind == "saved_model":
           request["model"] = paths[search, _key(decoder)]
-          env = {"TF_ENABLE_ONEDNN_OPTS": str(int(decoder.onednn))}
           if decoder.server_bfloat16:
             request["grappler"] = {
                 "auto_mixed_precision_onednn_bfloat16": True}
@@ -204,10 +215,23 @@ def measure(model_dir, settings: Settings, log=print):
                          search=dict(_ct2_search(search, options,
                                                  settings.ct2_patience),
                                      use_vmap=decoder.shortlist))
-          env = {}
         log(f"{search}: {name} ...")
-        results.setdefault(search, {})[name] = _run_worker(request, env)
+        result = _run_worker(request, worker_env(decoder))
+        if "ct2_sgemm_backend" in result:
+          log(f"{search}: {name}: CTranslate2's float32 GEMM is "
+              f"{result['ct2_sgemm_backend']}")
+        results.setdefault(search, {})[name] = result
   return results, options
+
+
+def worker_env(decoder):
+  """The environment a decoder's worker starts with, beyond ours: the
+  switches its library reads at load (oneDNN's rewrites; CTranslate2's
+  MKL)."""
+  if decoder.kind == "saved_model":
+    return {"TF_ENABLE_ONEDNN_OPTS": str(int(decoder.onednn))}
+  # CT2_VERBOSE=1: CTranslate2 logs the GEMM backends it picked, at load.
+  return {"CT2_VERBOSE": "1", **({} if decoder.mkl else {"CT2_USE_MKL": "0"})}
 
 
 def _count_tokens(processor, outputs):
