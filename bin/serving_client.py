@@ -14,11 +14,11 @@ With --target it scores given translations instead, as bin/score.py does:
 Each request holds sentences of similar length (the input sorted by its
 whitespace words, --batch_words), as translate.py batches; the lines come
 out in input order. REST needs nothing beyond Python; gRPC needs
-tensorflow-serving-api (pip install "tf_transformer[serving]"). Output lines are those of
-bin/translate.py: the translation, with --show_scores `SCORE<TAB>TEXT`, for
---signature=nbest `INDEX ||| TEXT ||| SCORE`, and with --alignment
-`TEXT ||| 0-0 1-2 ...` (the export's `alignment` signature; the word pairs
-are made here, as translate.py makes them). With --target they are
+tensorflow-serving-api (pip install "tf_transformer[serving]"). Output
+lines are those of bin/translate.py: the translation, with --show_scores
+`SCORE<TAB>TEXT`, for --signature=nbest `INDEX ||| TEXT ||| SCORE`, and with
+--alignment `TEXT ||| 0-0 1-2 ...` (the export's `alignment` signature; the
+word pairs are made here, as translate.py makes them). With --target they are
 bin/score.py's: `LOG_PROB<TAB>TOKENS`, --tokens adding the per-token
 values, --alignment the pair's word alignment (the `score` and
 `forced_alignment` signatures).
