@@ -99,9 +99,10 @@ weights = model.attention_weights(source, target)
 rows = [numpy(w) for kind in weights.values() for w in kind]
 cross = numpy(weights["encoder_decoder"][0])
 decoder_self = numpy(weights["decoder_self"][0])
-path = os.path.join(tempfile.mkdtemp(), "m.keras")
-model.save(path)
-loaded = keras.models.load_model(path, safe_mode=True)
+with tempfile.TemporaryDirectory() as folder:
+  path = os.path.join(folder, "m.keras")
+  model.save(path)
+  loaded = keras.models.load_model(path, safe_mode=True)
 print(json.dumps({
     "dtype": str(logits.dtype), "shape": list(logits.shape),
     "encode_decode": float(np.abs(two_steps - logits).max()),
