@@ -36,7 +36,7 @@ from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
 from tf_transformer.data.corpora import read_input
 from tf_transformer.data.corpora import read_lines
-from tf_transformer.data.text_batches import batch_indices
+from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.data.text_batches import word_lengths
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -109,16 +109,12 @@ def main(argv):
       command.import_tensorflow_quietly()
     sides = [texts] if targets is None else [texts, targets]
     lengths = lambda: [max(pair) for pair in zip(*map(word_lengths, sides))]
-    lines = [None] * len(texts)  # each input's output lines
-    written = 0  # inputs whose lines are out: in input order, as they come
-    for rows in batch_indices(len(texts), FLAGS.batch_size,
-                              FLAGS.batch_words, lengths):
-      for row, row_lines in zip(rows, _request(rest, server, rows, texts,
-                                               targets)):
-        lines[row] = row_lines
-      while written < len(texts) and lines[written] is not None:
-        sys.stdout.write("".join(line + "\n" for line in lines[written]))
-        written += 1
+    batches = batch_indices(len(texts), FLAGS.batch_size, FLAGS.batch_words,
+                            lengths)
+    for lines in in_input_order(  # each input's lines, as soon as in order
+        len(texts), batches,
+        lambda rows: _request(rest, server, rows, texts, targets)):
+      sys.stdout.write("".join(line + "\n" for line in lines))
   except DataError as e:
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 2

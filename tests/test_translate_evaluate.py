@@ -8,7 +8,7 @@ import pytest
 import sacrebleu
 
 from tf_transformer import evaluation
-from tf_transformer.data.text_batches import length_batches
+from tf_transformer.data.text_batches import in_input_order, length_batches
 from tf_transformer.serving.translator import Translator
 from tf_transformer.serving.output import one_line
 from conftest import run_script
@@ -135,6 +135,28 @@ def test_length_batches_fit_the_token_budget():
   longest = [max(lengths[i] for i in b) for b in batches]
   assert longest == sorted(longest, reverse=True)
   assert length_batches([], 20, 3) == []
+
+
+def test_results_are_yielded_in_input_order_as_soon_as_ready():
+  """Each result comes out once every input before it is done: a command
+  writes while later batches run, and a failure loses nothing written."""
+  ran = []
+
+  def run(rows):
+    ran.append(rows)
+    if rows == [4]:
+      raise RuntimeError("server down")
+    return [f"out{r}" for r in rows]
+  out = in_input_order(6, [[1, 3], [0, 2], [5], [4]], run)
+  assert next(out) == "out0" and ran == [[1, 3], [0, 2]]
+  assert [next(out), next(out), next(out)] == ["out1", "out2", "out3"]
+  with pytest.raises(RuntimeError, match="server down"):
+    next(out)  # input 4's batch runs after 5's: 5 waits for it
+  assert list(in_input_order(0, [], run)) == []
+  with pytest.raises(ValueError, match="a batch of 2 inputs gave 1 results"):
+    list(in_input_order(2, [[0, 1]], lambda rows: ["one"]))
+  with pytest.raises(ValueError, match="input 1 is in no batch"):
+    list(in_input_order(2, [[0]], lambda rows: ["one"]))
 
 
 def test_translations_come_back_in_input_order_from_length_batches():

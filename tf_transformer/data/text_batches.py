@@ -55,3 +55,38 @@ def word_lengths(texts):
   without the model's tokenizer, an export too old to count): its
   whitespace words, plus EOS."""
   return [len(text.split()) + 1 for text in texts]
+
+
+def in_input_order(count, batches, run, progress=None):
+  """Runs each batch and yields the results in input order, each as soon as
+  the inputs before it are done (so that a command writes what it has while
+  later batches run, and a failure part-way loses nothing written).
+
+  Args:
+    count: the inputs.
+    batches: lists of indices into the inputs (`batch_indices`), each input
+      in exactly one.
+    run: a batch's indices -> one result an index, in the batch's order.
+    progress: a `progress.Progress`, told of each batch's inputs.
+  Yields:
+    Each input's result, from input 0 on.
+  Raises:
+    ValueError: `run` gave a batch more or fewer results than its inputs,
+      or an input is in no batch.
+  """
+  results, done, written = [None] * count, [False] * count, 0
+  for rows in batches:
+    answers = list(run(rows))
+    if len(answers) != len(rows):
+      raise ValueError(f"a batch of {len(rows)} inputs gave {len(answers)} "
+                       "results")
+    for row, result in zip(rows, answers):
+      results[row], done[row] = result, True
+    if progress:
+      progress.add(len(rows))
+    while written < count and done[written]:
+      yield results[written]
+      results[written] = None  # written: not held twice
+      written += 1
+  if written < count:
+    raise ValueError(f"input {written} is in no batch")

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tf_transformer.data import sequences
-from tf_transformer.data.text_batches import length_batches
+from tf_transformer.data.text_batches import in_input_order, length_batches
 
 
 def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
@@ -22,10 +22,9 @@ def translate(decode_fn, vocabulary, texts, batch_tokens=4096,
   if not texts:
     return []
   ids = sequences.source_ids(vocabulary, tf.constant(texts))
-  outputs = [None] * len(texts)
-  for rows in length_batches(ids.row_lengths().numpy(), batch_tokens,
-                             max_batch_size):
+  def run(rows):
     decoded = decode_fn(tf.gather(ids, rows).to_tensor())
-    for row, text in zip(rows, vocabulary.detokenize(decoded).numpy()):
-      outputs[row] = text.decode("utf-8")
-  return outputs
+    return [text.decode("utf-8")
+            for text in vocabulary.detokenize(decoded).numpy()]
+  return list(in_input_order(len(texts), length_batches(
+      ids.row_lengths().numpy(), batch_tokens, max_batch_size), run))

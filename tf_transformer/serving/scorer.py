@@ -7,7 +7,7 @@ CTranslate2 export gives each target given its source, and with
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.data.text_batches import batch_indices
+from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving.output import score_rows
 from tf_transformer.serving.translator import counter_of
@@ -114,15 +114,10 @@ class Scorer:
     lengths = lambda: [max(s, t) for s, t in zip(
         token_lengths(self._count_fn, sources),
         token_lengths(self._count_fn, targets))]
-    results = [None] * len(sources)
-    for rows in batch_indices(len(sources), batch_size, batch_tokens,
-                              lengths):
-      for row, result in zip(rows, self._batch_fn(
-          [sources[r] for r in rows], [targets[r] for r in rows])):
-        results[row] = result
-      if progress:
-        progress.add(len(rows))
-    return results
+    run = lambda rows: self._batch_fn([sources[r] for r in rows],
+                                      [targets[r] for r in rows])
+    return list(in_input_order(len(sources), batch_indices(
+        len(sources), batch_size, batch_tokens, lengths), run, progress))
 
 
 def _rows(score_fn, alignment=False, alignment_layer=None):

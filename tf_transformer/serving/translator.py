@@ -4,7 +4,7 @@ bin/translate.py, bin/evaluate.py and the main job share."""
 
 import tensorflow as tf
 
-from tf_transformer.data.text_batches import batch_indices
+from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.data.text_batches import word_lengths
 from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
@@ -185,15 +185,12 @@ class Translator:
     search = lambda batch, indices: self._nbest_fn(batch)
     if prefixes is not None:
       search = self._prefixed(texts, nbest, prefixes)
-    results = [None] * len(texts)
-    for indices in self._batches(texts, batch_size, batch_tokens):
+    def run(indices):
       decoded, scores = search([texts[i] for i in indices], indices)
-      for i, row, row_scores in zip(indices, decoded, scores):
-        results[i] = [(t.decode("utf-8"), float(s))
-                      for t, s in zip(row[:nbest], row_scores[:nbest])]
-      if progress:
-        progress.add(len(decoded))
-    return results
+      return [[(t.decode("utf-8"), float(s))
+               for t, s in zip(row[:nbest], row_scores[:nbest])]
+              for row, row_scores in zip(decoded, scores)]
+    return self._in_batches(texts, batch_size, batch_tokens, run, progress)
 
   def translate_aligned(self, texts, layer=None, batch_size=32,
                         progress=None, batch_tokens=0):
@@ -212,19 +209,17 @@ class Translator:
     """
     if self._align_fn is None:
       raise ValueError(f"--alignment: {self._cannot_align}")
-    results = [None] * len(texts)
-    for indices in self._batches(texts, batch_size, batch_tokens):
-      aligned = self._align_fn([texts[i] for i in indices], layer)
-      for i, result in zip(indices, aligned):
-        results[i] = result
-      if progress:
-        progress.add(len(indices))
-    return results
+    return self._in_batches(
+        texts, batch_size, batch_tokens,
+        lambda indices: self._align_fn([texts[i] for i in indices], layer),
+        progress)
 
-  def _batches(self, texts, batch_size, batch_tokens):
-    """`batch_indices` of `texts`, by their `input_lengths`."""
-    return batch_indices(len(texts), batch_size, batch_tokens,
-                         lambda: self.input_lengths(texts))
+  def _in_batches(self, texts, batch_size, batch_tokens, run, progress):
+    """`run`'s results over the `batch_indices` of `texts` (by their
+    `input_lengths`), in the texts' order."""
+    return list(in_input_order(len(texts), batch_indices(
+        len(texts), batch_size, batch_tokens,
+        lambda: self.input_lengths(texts)), run, progress))
 
   def input_lengths(self, texts):
     """Each text's source length as the model sees it.
