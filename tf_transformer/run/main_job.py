@@ -32,6 +32,7 @@ from tf_transformer.data.sources import DataSpec
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.serving.output import one_line
 from tf_transformer.run import choice
+from tf_transformer.run import run_config
 from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.run.tasks import TASKS
@@ -167,7 +168,7 @@ def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
   kept = (precision.kept_tokens_per_sec(run_dir)
           if mixed_precision == precision.AUTO else None)
   rate = kept or probe(config, chosen)
-  with open(os.path.join(run_dir, runner_lib.STATS_FILE)) as f:
+  with open(os.path.join(run_dir, run_config.STATS_FILE)) as f:
     stats = json.load(f)
   plan = budget.plan(rate, minutes, stats, config)
   logging.info("sized for the budget: %s", plan.reason)
