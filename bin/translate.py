@@ -15,15 +15,21 @@ With --alignment, each line is `TRANSLATION ||| 0-0 1-2 ...`: pairs of
 source and translation words (from 0, split at whitespace) that the
 decoder's attention aligns, as Marian's --alignment prints them
 (docs/decoding.md#word-alignments).
+
+Lines are read, sorted and translated --buffer_lines at a time (10,000),
+each buffer's translations written and flushed before the next is read; at
+a terminal, each line is translated as it is typed.
 """
 
+import contextlib
+import itertools
 import sys
 
 from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
-from tf_transformer.data.corpora import read_input
+from tf_transformer.data.corpora import input_windows
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -40,6 +46,13 @@ flags.DEFINE_string("target_prefix", None, "A file of target prefixes, "
                     "one a line for each input line (empty: none): each "
                     "translation starts with its prefix's subwords, and "
                     "the search completes it (autocompletion, post-editing).")
+flags.DEFINE_integer(
+    "buffer_lines", 10_000, "Input lines read, sorted by length and "
+    "translated before more are read (Marian's maxi-batch, fairseq's "
+    "--buffer-size): each buffer's translations are written before the next "
+    "is read, so output flows and memory stays bounded on a long input. 0: "
+    "the whole input at once. Default 1 where stdin is a terminal (a line "
+    "is translated when typed).", lower_bound=0)
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
 translator_flags.define_alignment_flags("SavedModel and CTranslate2 "
@@ -55,38 +68,82 @@ flags.register_multi_flags_validator(
 def main(argv):
   del argv
   try:
-    texts = read_input(FLAGS.input)
     prefixes = (read_lines(FLAGS.target_prefix) if FLAGS.target_prefix
                 else None)
+    interactive = not FLAGS.input and sys.stdin.isatty()
+    window = (1 if interactive and not FLAGS["buffer_lines"].present
+              else FLAGS.buffer_lines)
+    windows = input_windows(FLAGS.input, window, whole=prefixes is not None)
+    name = f"--input={FLAGS.input}" if FLAGS.input else "stdin"
+    read_whole = isinstance(windows, list)
+    texts = [t for _, lines in windows for t in lines] if read_whole else []
+    if not read_whole:  # its first buffer read (and checked) before TF loads
+      windows = itertools.chain(list(itertools.islice(windows, 1)), windows)
     if prefixes is not None:
       check_line_aligned(prefixes, texts, (
           f"--target_prefix={FLAGS.target_prefix}", FLAGS.input or "stdin"))
     translator_flags.check_model_flags()
     command.import_tensorflow_quietly()  # after what needs no model
     translator = translator_flags.make_translator()
-    for warning in translator.input_warnings(
-        texts, f"--input={FLAGS.input}" if FLAGS.input else "stdin"):
-      print(f"translate: warning: {warning}", file=sys.stderr)
-    with Progress("translated", len(texts), "sentences") as progress:
-      batch_size, batch_tokens = translator_flags.batching()
-      if FLAGS.alignment:
-        lines = aligned_lines(translator.translate_aligned(
-            texts, FLAGS.alignment_layer, batch_size, progress,
-            batch_tokens), FLAGS.show_scores)
-      else:
-        lines = output_lines(translator.translate(
-            texts, FLAGS.nbest, batch_size, progress, prefixes,
-            batch_tokens), FLAGS.nbest > 1, FLAGS.show_scores)
+
+    def warnings(texts, first):
+      for warning in translator.input_warnings(texts, name, first=first):
+        print(f"translate: warning: {warning}", file=sys.stderr)
+    if read_whole:
+      warnings(texts, 1)
+    with (contextlib.nullcontext() if interactive else Progress(
+        "translated", len(texts) or None, "sentences")) as progress, \
+        _Output(FLAGS.output) as output:
+      for first, lines in windows:
+        if not read_whole:
+          warnings(lines, first)
+        output.write(_translated(translator, lines, first, progress,
+                                 prefixes))
   except DataError as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 2
   except (OSError, ValueError, ImportError) as e:
     print(f"translate: error: {e}", file=sys.stderr)
     return 1
-  output = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
-  with output:
-    output.write("".join(line + "\n" for line in lines))
   return 0
+
+
+def _translated(translator, texts, first, progress, prefixes):
+  """The output lines of one window of input lines, from line `first`."""
+  batch_size, batch_tokens = translator_flags.batching()
+  if FLAGS.alignment:
+    return aligned_lines(translator.translate_aligned(
+        texts, FLAGS.alignment_layer, batch_size, progress, batch_tokens),
+                         FLAGS.show_scores)
+  if prefixes is not None:
+    prefixes = prefixes[first - 1:first - 1 + len(texts)]
+  return output_lines(translator.translate(
+      texts, FLAGS.nbest, batch_size, progress, prefixes, batch_tokens),
+                      FLAGS.nbest > 1, FLAGS.show_scores, first - 1)
+
+
+class _Output:
+  """--output, or stdout: each window's lines written and flushed at once;
+  the file is opened at the first write (an input refused before it leaves
+  no file) and made, empty, for an empty input."""
+
+  def __init__(self, path):
+    self.path, self.file = path, None if path else sys.stdout
+
+  def __enter__(self):
+    return self
+
+  def write(self, lines):
+    if self.file is None:
+      self.file = open(self.path, "w", encoding="utf-8")
+    self.file.write("".join(line + "\n" for line in lines))
+    self.file.flush()
+
+  def __exit__(self, kind, *exc):
+    if self.path and self.file is None and kind is None:
+      self.write([])
+    if self.path and self.file is not None:
+      self.file.close()
 
 
 if __name__ == "__main__":

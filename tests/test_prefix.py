@@ -199,6 +199,11 @@ def test_bin_translate_target_prefix(trained_export, trained_numbers_run,
   lines = result.stdout.splitlines()
   assert len(lines) == 4
   assert all(line.startswith(p) for line, p in zip(lines, prefixes))
+  # Translated a line at a time, each line still gets its own prefix.
+  one_by_one = run_script("translate.py", f"--model={trained_export}",
+                          f"--input={source}", "--buffer_lines=1",
+                          f"--target_prefix={prefix_file}")
+  assert one_by_one.stdout.splitlines() == lines, one_by_one.stderr[-2000:]
   plain = run_script("translate.py", f"--model={trained_export}",
                      f"--input={source}").stdout.splitlines()
   assert lines[1] == plain[1]

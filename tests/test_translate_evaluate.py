@@ -1,7 +1,12 @@
 """bin/translate.py and bin/evaluate.py as a user runs them, on a
 checkpoint and on its export."""
 
+import os
+import pty
 import re
+import select
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +16,7 @@ from tf_transformer import evaluation
 from tf_transformer.data.text_batches import in_input_order, length_batches
 from tf_transformer.serving.translator import Translator
 from tf_transformer.serving.output import one_line
-from conftest import run_script
+from conftest import REPO, run_script
 
 SOURCES = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
 
@@ -286,6 +291,85 @@ def test_usage_errors(models, tmp_path):
                         f"--source={source}", f"--reference={reference}")
   assert bad_utf8.returncode == 2
   assert f"evaluate: error: {reference}:2: invalid UTF-8" in bad_utf8.stderr
+
+
+def _read_line(stream, seconds=120):
+  """One line from a subprocess' `stream`, or None if none came in time."""
+  ready, _, _ = select.select([stream], [], [], seconds)
+  return stream.readline() if ready else None
+
+
+def test_each_buffer_is_written_before_more_input_is_read(models,
+                                                          export_output):
+  """--buffer_lines=1: a translation comes out while its writer still holds
+  stdin open (a program that feeds lines as they come)."""
+  _, exported = models
+  translate = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "bin", "translate.py"),
+       f"--model={exported}", "--show_scores", "--buffer_lines=1"],
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=REPO)
+  try:
+    translate.stdin.write(SOURCES[0] + "\n")
+    translate.stdin.flush()
+    first = _read_line(translate.stdout)
+    assert first is not None, "no translation while stdin stays open"
+    translate.stdin.write("".join(s + "\n" for s in SOURCES[1:]))
+    translate.stdin.close()
+    rest = translate.stdout.read()
+    assert translate.wait(timeout=120) == 0, translate.stderr.read()[-2000:]
+  finally:
+    translate.kill()
+  scores, translations = _scored_lines(first + rest)
+  expected_scores, expected = _scored_lines(export_output)
+  assert translations == expected
+  np.testing.assert_allclose(scores, expected_scores, atol=2e-4)
+
+
+def test_a_terminal_gets_each_line_as_it_is_typed(models, export_output):
+  """Typed at a terminal (stdin a pseudo-terminal), a line is translated
+  as soon as it is entered, with no progress lines; Ctrl-D ends."""
+  _, exported = models
+  terminal, stdin = pty.openpty()
+  translate = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "bin", "translate.py"),
+       f"--model={exported}"], stdin=stdin, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=REPO)
+  os.close(stdin)
+  try:
+    os.write(terminal, SOURCES[1].encode() + b"\n")
+    line = _read_line(translate.stdout)
+    assert line is not None, "no translation of a typed line"
+    os.write(terminal, b"\x04")  # Ctrl-D: the end of the input
+    assert translate.wait(timeout=120) == 0, translate.stderr.read()[-2000:]
+    assert translate.stdout.read() == ""
+    assert "translated" not in translate.stderr.read()
+  finally:
+    translate.kill()
+    os.close(terminal)
+  assert line == _scored_lines(export_output)[1][1] + "\n"
+
+
+def test_buffers_keep_nbest_indices_and_an_empty_input_makes_a_file(
+    models, tmp_path):
+  _, exported = models
+  source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+  source.write_text("".join(s + "\n" for s in SOURCES))
+  result = run_script("translate.py", f"--model={exported}", "--nbest=2",
+                      "--buffer_lines=2", f"--input={source}",
+                      f"--output={out}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  indices = [line.split(" ||| ")[0] for line in out.read_text().splitlines()]
+  assert indices == ["0", "0", "1", "1", "2", "2"]
+  refused = run_script("translate.py", f"--model={exported}", "--nbest=99",
+                       f"--input={source}", f"--output={tmp_path / 'no'}")
+  assert refused.returncode == 1 and "--nbest=99" in refused.stderr
+  assert not (tmp_path / "no").exists()  # refused before any output
+  source.write_text("")
+  result = run_script("translate.py", f"--model={exported}",
+                      f"--input={source}", f"--output={out}")
+  assert result.returncode == 0 and out.read_text() == ""
 
 
 def test_a_translation_with_line_breaks_stays_on_its_line():

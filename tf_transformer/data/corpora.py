@@ -80,6 +80,43 @@ def read_input(path: Optional[str] = None) -> list:
           for number, raw in enumerate(sys.stdin.buffer, 1)]
 
 
+def input_windows(path: Optional[str] = None, window: int = 0,
+                  whole: bool = False):
+  """The lines a command translates, in windows that it translates and
+  writes one after another (Marian's maxi-batch, fairseq's buffer), so that
+  output flows while the input is long, and stdin can be typed at.
+
+  Args:
+    path: a file, read whole first (a bad line is named before any work),
+      or None: stdin, read a window at a time as it comes.
+    window: lines a window; 0: the whole input in one.
+    whole: read stdin whole first too (to check it against another file).
+  Returns:
+    (first line number, lines) windows: a list where the input was read
+    whole, else an iterator that raises a `DataError` naming "stdin" and
+    the line where a line is not UTF-8.
+  """
+  if path or whole or not window:
+    lines = read_input(path)
+    size = window or max(len(lines), 1)
+    return [(start + 1, lines[start:start + size])
+            for start in range(0, len(lines), size)]
+  return _stdin_windows(window)
+
+
+def _stdin_windows(window):
+  """`input_windows` of stdin, each yielded once `window` lines (or the
+  input's end) have come."""
+  lines, first = [], 1
+  for number, raw in enumerate(sys.stdin.buffer, 1):
+    lines.append(_decoded(raw, number, "stdin"))
+    if len(lines) == window:
+      yield first, lines
+      lines, first = [], number + 1
+  if lines:
+    yield first, lines
+
+
 def read_lines(path: str) -> list:
   """Every line of a UTF-8 file, strictly read (a `DataError` names the
   file and line), empty lines kept: line i answers line i of another file."""

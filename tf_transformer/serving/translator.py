@@ -127,19 +127,20 @@ class Translator:
       return ([[t] for t in translations], [[s] for s in scores])
     return search
 
-  def input_warnings(self, texts, name="input", shown=5):
+  def input_warnings(self, texts, name="input", shown=5, first=1):
     """What the model will not translate as given.
 
     Args:
       texts: the input lines.
       name: what the messages call the input (a file name).
       shown: line numbers named per message.
+      first: the first text's line number.
     Returns:
       Up to two messages: the empty lines (the model still answers
       something) and the lines cut to the export's input limit, each
       naming up to `shown` line numbers (from 1).
     """
-    empty = [i for i, text in enumerate(texts, 1) if not text.strip()]
+    empty = [i for i, text in enumerate(texts, first) if not text.strip()]
     messages = []
     if empty:
       messages.append(
@@ -148,7 +149,7 @@ class Translator:
           "nothing")
     if self._count_fn and texts:
       counts, limit = subword_counts(self._count_fn, texts)
-      cut = [(i, n) for i, n in enumerate(counts, 1) if n > limit]
+      cut = [(i, n) for i, n in enumerate(counts, first) if n > limit]
       if cut:
         longest = max(n for _, n in cut)
         messages.append(
