@@ -76,11 +76,12 @@ def main(argv):
   except (OSError, ValueError, ImportError) as e:
     print(f"score: error: {e}", file=sys.stderr)
     return 1
-  output = (open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output
-            else sys.stdout)
-  with output:
-    output.write("".join(
-        line + "\n" for line in score_lines(results, FLAGS.tokens)))
+  text = "".join(line + "\n" for line in score_lines(results, FLAGS.tokens))
+  if not FLAGS.output:
+    command.write_stdout(text)
+    return 0
+  with open(FLAGS.output, "w", encoding="utf-8") as output:
+    output.write(text)
   return 0
 
 

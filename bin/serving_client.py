@@ -114,7 +114,7 @@ def main(argv):
     for lines in in_input_order(  # each input's lines, as soon as in order
         len(texts), batches,
         lambda rows: _request(rest, server, rows, texts, targets)):
-      sys.stdout.write("".join(line + "\n" for line in lines))
+      command.write_stdout("".join(line + "\n" for line in lines))
   except DataError as e:
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 2

@@ -128,15 +128,19 @@ class _Output:
   no file) and made, empty, for an empty input."""
 
   def __init__(self, path):
-    self.path, self.file = path, None if path else sys.stdout
+    self.path, self.file = path, None
 
   def __enter__(self):
     return self
 
   def write(self, lines):
+    text = "".join(line + "\n" for line in lines)
+    if not self.path:
+      command.write_stdout(text)
+      return
     if self.file is None:
       self.file = open(self.path, "w", encoding="utf-8")
-    self.file.write("".join(line + "\n" for line in lines))
+    self.file.write(text)
     self.file.flush()
 
   def __exit__(self, kind, *exc):

@@ -159,3 +159,23 @@ def test_input_from_stdin_is_read_as_strictly_as_a_file(script, args):
   before TensorFlow loads or any server is asked."""
   _assert_refused(script, args, "error: stdin:2: invalid UTF-8", 2,
                   stdin="a\nstraße\n".encode("latin-1"))
+
+
+def test_a_reader_that_leaves_ends_a_command_quietly():
+  """`translate.py ... | head`: once the reader has closed the pipe, the
+  next write ends the command with the shell's SIGPIPE status (141), as it
+  ends a Unix tool, and nothing on stderr (no Broken pipe error)."""
+  code = ("import sys\n"
+          "from tf_transformer.command import write_stdout\n"
+          "write_stdout('first\\n')\n"
+          "sys.stdin.readline()\n"
+          "write_stdout('second\\n')\n"
+          "print('not reached', file=sys.stderr)\n")
+  writer = subprocess.Popen([sys.executable, "-c", code], cwd=REPO,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  assert writer.stdout.readline() == "first\n"
+  writer.stdout.close()  # the reader leaves, then the writer writes again
+  _, stderr = writer.communicate("go\n", timeout=60)
+  assert writer.returncode == 141, stderr
+  assert stderr == ""

@@ -1,4 +1,4 @@
-"""How every bin/ command runs: absl's `app.run`, with four fixes for users.
+"""How every bin/ command runs: absl's `app.run`, with five fixes for users.
 
 - Flags first. A command's flags are defined by modules that do not import
   TensorFlow (`tf_transformer.choices`), and `run` imports TensorFlow only
@@ -18,11 +18,14 @@
   the flags of every `tf_transformer` module become the command's key flags.
 - `--help` (and `--helpfull`, `--helpshort`, `-?`) exit with status 0, as
   asking for help is not an error; absl exits 1.
+- A reader that leaves (`translate.py ... | head`) ends a command quietly
+  (`write_stdout`), as it ends a Unix tool, not with a Broken pipe error.
 """
 
 import contextlib
 import os
 import re
+import signal
 import sys
 import tempfile
 
@@ -117,6 +120,24 @@ def run(main, tensorflow=True):
     if not started and e.code == 1 and _asked_for_help(sys.argv[1:]):
       sys.exit(0)
     raise
+
+
+def write_stdout(text):
+  """Writes `text` on stdout and flushes it, so that a reader sees each
+  part as it comes.
+
+  Raises:
+    SystemExit: with the shell's status for SIGPIPE (141), and nothing
+      printed, where the reader has closed the pipe (`| head`), as a Unix
+      tool ends; stdout then points at /dev/null, so that the
+      interpreter's last flush does not complain either.
+  """
+  try:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  except BrokenPipeError:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(128 + signal.SIGPIPE) from None
 
 
 def exit_now(status):
