@@ -19,7 +19,7 @@ print them; docs/decoding.md#word-alignments). Sources are cut to the
 model's input limit and targets to input limit + max_length_offset
 subwords, as translation cuts them. Pairs are scored in batches of like
 length (--batch_tokens subwords a side, padding included, as translate.py
-batches), and printed in input order.
+batches), and printed in input order, --buffer_lines pairs at a time.
 
 Exit status: 0 scored; 1 bad flags or model; 2 bad input files (one line
 naming them).
@@ -49,6 +49,7 @@ flags.DEFINE_bool("tokens", False, "Add each target token's log-probability "
 translator_flags.define_batching_flags(
     "Pairs", "subwords a side (a pair's longer side counts)")
 flags.mark_flags_as_required(["model", "source", "target"])
+translator_flags.define_buffer_flag("Pairs", "scored")
 translator_flags.define_alignment_flags(
     "over each given target; SavedModel, CTranslate2 and run",
     added="Add each pair's word alignment as a last field")
@@ -66,22 +67,20 @@ def main(argv):
     from tf_transformer.run import runner
     scorer = runner.open_scorer(FLAGS.model, FLAGS.alignment,
                                 FLAGS.alignment_layer)
-    with Progress("scored", len(sources), "pairs") as progress:
-      batch_size, batch_tokens = translator_flags.batching()
-      results = scorer.score(sources, targets, batch_size, progress,
-                             batch_tokens)
+    batch_size, batch_tokens = translator_flags.batching()
+    window = FLAGS.buffer_lines or max(len(sources), 1)
+    with Progress("scored", len(sources), "pairs") as progress, \
+        command.Output(FLAGS.output) as output:
+      for start in range(0, len(sources), window):
+        output.write(score_lines(scorer.score(
+            sources[start:start + window], targets[start:start + window],
+            batch_size, progress, batch_tokens), FLAGS.tokens))
   except DataError as e:
     print(f"score: error: {e}", file=sys.stderr)
     return 2
   except (OSError, ValueError, ImportError) as e:
     print(f"score: error: {e}", file=sys.stderr)
     return 1
-  text = "".join(line + "\n" for line in score_lines(results, FLAGS.tokens))
-  if not FLAGS.output:
-    command.write_stdout(text)
-    return 0
-  with open(FLAGS.output, "w", encoding="utf-8") as output:
-    output.write(text)
   return 0
 
 

@@ -46,13 +46,9 @@ flags.DEFINE_string("target_prefix", None, "A file of target prefixes, "
                     "one a line for each input line (empty: none): each "
                     "translation starts with its prefix's subwords, and "
                     "the search completes it (autocompletion, post-editing).")
-flags.DEFINE_integer(
-    "buffer_lines", 10_000, "Input lines read, sorted by length and "
-    "translated before more are read (Marian's maxi-batch, fairseq's "
-    "--buffer-size): each buffer's translations are written before the next "
-    "is read, so output flows and memory stays bounded on a long input. 0: "
-    "the whole input at once. Default 1 where stdin is a terminal (a line "
-    "is translated when typed).", lower_bound=0)
+translator_flags.define_buffer_flag(
+    terminal=" Stdin is read a buffer at a time, as it comes; where it is "
+    "a terminal the default is 1 (a line is translated when typed).")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
 translator_flags.define_alignment_flags("SavedModel and CTranslate2 "
@@ -93,7 +89,7 @@ def main(argv):
       warnings(texts, 1)
     with (contextlib.nullcontext() if interactive else Progress(
         "translated", len(texts) or None, "sentences")) as progress, \
-        _Output(FLAGS.output) as output:
+        command.Output(FLAGS.output) as output:
       for first, lines in windows:
         if not read_whole:
           warnings(lines, first)
@@ -120,34 +116,6 @@ def _translated(translator, texts, first, progress, prefixes):
   return output_lines(translator.translate(
       texts, FLAGS.nbest, batch_size, progress, prefixes, batch_tokens),
                       FLAGS.nbest > 1, FLAGS.show_scores, first - 1)
-
-
-class _Output:
-  """--output, or stdout: each window's lines written and flushed at once;
-  the file is opened at the first write (an input refused before it leaves
-  no file) and made, empty, for an empty input."""
-
-  def __init__(self, path):
-    self.path, self.file = path, None
-
-  def __enter__(self):
-    return self
-
-  def write(self, lines):
-    text = "".join(line + "\n" for line in lines)
-    if not self.path:
-      command.write_stdout(text)
-      return
-    if self.file is None:
-      self.file = open(self.path, "w", encoding="utf-8")
-    self.file.write(text)
-    self.file.flush()
-
-  def __exit__(self, kind, *exc):
-    if self.path and self.file is None and kind is None:
-      self.write([])
-    if self.path and self.file is not None:
-      self.file.close()
 
 
 if __name__ == "__main__":

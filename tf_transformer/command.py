@@ -140,6 +140,36 @@ def write_stdout(text):
     raise SystemExit(128 + signal.SIGPIPE) from None
 
 
+class Output:
+  """A command's --output file, or stdout (`path` None), written a part at
+  a time, each part flushed; the file is opened at the first write (a
+  command refused before its first output leaves no file) and made, empty,
+  where nothing was written."""
+
+  def __init__(self, path):
+    self.path, self.file = path, None
+
+  def __enter__(self):
+    return self
+
+  def write(self, lines):
+    """Writes `lines`, each with a line break."""
+    text = "".join(line + "\n" for line in lines)
+    if not self.path:
+      write_stdout(text)
+      return
+    if self.file is None:
+      self.file = open(self.path, "w", encoding="utf-8")
+    self.file.write(text)
+    self.file.flush()
+
+  def __exit__(self, kind, *exc):
+    if self.path and self.file is None and kind is None:
+      self.write([])
+    if self.file is not None:
+      self.file.close()
+
+
 def exit_now(status):
   """Ends the process with `status` at once, after flushing its output:
   for a run stopped by a signal, whose checkpoint, summaries and files are

@@ -125,6 +125,19 @@ def define_batching_flags(items="Sentences", tokens="source subwords"):
   define_shortlist_flag()
 
 
+def define_buffer_flag(items="Input lines", work="translated",
+                       terminal=""):
+  """--buffer_lines (bin/translate.py, bin/score.py): how many inputs are
+  sorted, batched and answered before the next are; `items`, `work` and
+  `terminal` (its default at a terminal), for the help."""
+  flags.DEFINE_integer(
+      "buffer_lines", 10_000, f"{items} sorted by length and {work} "
+      "together, their output written and flushed before the next are "
+      "(Marian's maxi-batch, fairseq's --buffer-size): output flows on a "
+      "long input, and a stopped run keeps what it wrote. 0: the whole "
+      f"input at once.{terminal}", lower_bound=0)
+
+
 def define_alignment_flags(sources, added="Append ' ||| ' and the word "
                            "alignment to each translation"):
   """--alignment and --alignment_layer (bin/translate.py,
