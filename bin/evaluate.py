@@ -5,6 +5,7 @@ match; --paper_bleu adds the paper-style tokenized, compound-split score
 under that name.
 
   bin/evaluate.py --model=saved_models/numbers/1 --source=test.en --reference=test.de
+  bin/evaluate.py --model=... --source=test.en --reference=a.de --reference=b.de
 """
 
 import sys
@@ -22,7 +23,10 @@ from tf_transformer.progress import Progress
 FLAGS = flags.FLAGS
 translator_flags.define_flags()
 flags.DEFINE_string("source", None, "Source sentences, one per line.")
-flags.DEFINE_string("reference", None, "Reference translations, line-aligned.")
+flags.DEFINE_multi_string(
+    "reference", None, "Reference translations, line-aligned; repeated "
+    "(--reference=a.de --reference=b.de), several references for each "
+    "sentence, as sacrebleu takes them (exact match: equal to one).")
 flags.DEFINE_string("output", None, "Also write the translations here.")
 flags.DEFINE_bool("paper_bleu", False, "Also print the paper-style score.")
 flags.mark_flags_as_required(["source", "reference"])
@@ -31,10 +35,12 @@ flags.mark_flags_as_required(["source", "reference"])
 def main(argv):
   del argv
   try:
-    sources, references = read_lines(FLAGS.source), read_lines(
-        FLAGS.reference)
-    names = (f"--source={FLAGS.source}", f"--reference={FLAGS.reference}")
-    check_line_aligned(sources, references, names)
+    sources = read_lines(FLAGS.source)
+    references = [read_lines(path) for path in FLAGS.reference]
+    names = (f"--source={FLAGS.source}",
+             *(f"--reference={path}" for path in FLAGS.reference))
+    for one, name in zip(references, names[1:]):
+      check_line_aligned(sources, one, (names[0], name))
     translator_flags.check_model_flags()
     command.import_tensorflow_quietly()  # after what needs no model
     from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
@@ -59,7 +65,7 @@ def main(argv):
   scores = result.scores
   print(f"BLEU = {scores['bleu']:.2f} ({scores['bleu_signature']})")
   print(f"chrF = {scores['chrf']:.2f} ({scores['chrf_signature']})")
-  print(f"exact_match = {scores['exact_match']:.4f} ({len(references)} "
+  print(f"exact_match = {scores['exact_match']:.4f} ({len(sources)} "
         "sentences)")
   if FLAGS.paper_bleu:
     print(f"paper_bleu (tokenized, compound-split) = "

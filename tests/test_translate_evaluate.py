@@ -248,6 +248,45 @@ def test_evaluate_prints_sacrebleu_scores_with_signatures(models, tmp_path):
   assert "exact_match = " in out and "(3 sentences)" in out
   assert "paper_bleu (tokenized, compound-split) = " in out
   assert out.count("BLEU = ") == 1  # the paper score is never called BLEU
+  # Two references a sentence, as sacrebleu takes them; a second reference
+  # of another length is named before any model loads.
+  second = tmp_path / "ref2.txt"
+  other = [hypotheses[0], "acht", "zwei"]
+  second.write_text("".join(r + "\n" for r in other))
+  both = run_script("evaluate.py", f"--model={exported}",
+                    f"--source={source}", f"--reference={reference}",
+                    f"--reference={second}", "--paper_bleu")
+  assert both.returncode == 0, both.stderr[-2000:]
+  bleu = sacrebleu.corpus_bleu(hypotheses, [references, other])
+  assert f"BLEU = {bleu.score:.2f} (nrefs:2|" in both.stdout
+  exact = sum(h in pair for h, pair in zip(hypotheses,
+                                           zip(references, other))) / 3
+  assert f"exact_match = {exact:.4f} (3 sentences)" in both.stdout
+  second.write_text("acht\n")
+  short = run_script("evaluate.py", "--model=/nonexistent/1",
+                     f"--source={source}", f"--reference={reference}",
+                     f"--reference={second}")
+  assert short.returncode == 2
+  assert (f"--source={source} has 3 lines but --reference={second} has 1"
+          in short.stderr), short.stderr[-2000:]
+
+
+def test_several_references_score_as_sacrebleu_scores_them():
+  hypotheses = ["das Haus-Boot ist rot", "zwei Katzen", "ja"]
+  first = ["das Haus-Boot ist blau", "drei Katzen", "ja"]
+  second = ["ein Haus-Boot ist rot", "zwei Katzen", "nein"]
+  both = evaluation.score(hypotheses, [first, second], True)
+  assert both["bleu"] == pytest.approx(
+      sacrebleu.corpus_bleu(hypotheses, [first, second]).score)
+  assert both["chrf"] == pytest.approx(
+      sacrebleu.corpus_chrf(hypotheses, [first, second]).score)
+  assert "nrefs:2" in both["bleu_signature"]
+  assert both["exact_match"] == pytest.approx(2 / 3)  # lines 2 and 3
+  one = evaluation.score(hypotheses, first, True)
+  assert one == evaluation.score(hypotheses, [first], True)
+  assert both["bleu"] > one["bleu"] and both["paper_bleu"] > one["paper_bleu"]
+  with pytest.raises(ValueError, match="3 translations for 2 references"):
+    evaluation.score(hypotheses, [first, second[:2]])
 
 
 def test_paper_bleu_splits_compounds():

@@ -26,29 +26,57 @@ def split_compounds(text):
   return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", text)
 
 
+def reference_sets(references):
+  """`references` as sacrebleu takes them: a list of reference sets, each
+  one line a sentence.
+
+  Args:
+    references: one set (a list of strings) or several (a list of lists).
+  """
+  if references and not isinstance(references[0], str):
+    return [list(one) for one in references]
+  return [list(references)]
+
+
 def paper_bleu(hypotheses, references):
+  """The paper-style BLEU of `hypotheses` against `references` (one set or
+  several, `reference_sets`)."""
   tokenize = Tokenizer13a()
   prepare = lambda lines: [split_compounds(tokenize(t)) for t in lines]
   return sacrebleu.metrics.BLEU(tokenize="none").corpus_score(
-      prepare(hypotheses), [prepare(references)]).score
+      prepare(hypotheses),
+      [prepare(one) for one in reference_sets(references)]).score
 
 
 def score(hypotheses, references, with_paper_bleu=False):
-  """{"bleu", "bleu_signature", "chrf", "chrf_signature", "exact_match"
-  [, "paper_bleu"]}."""
-  if len(hypotheses) != len(references):
-    raise ValueError(f"{len(hypotheses)} translations for {len(references)} "
-                     "references")
+  """Corpus scores of translations.
+
+  Args:
+    hypotheses: the translations, one a sentence.
+    references: one reference set (a string a sentence) or several (a list
+      of such sets, as sacrebleu and its command line take several
+      references: each sentence scores against all of its references).
+    with_paper_bleu: add "paper_bleu".
+  Returns:
+    {"bleu", "bleu_signature", "chrf", "chrf_signature", "exact_match"
+    (the share of sentences equal to one of their references)
+    [, "paper_bleu"]}. Raises ValueError where a set's count differs.
+  """
+  sets = reference_sets(references)
+  for one in sets:
+    if len(hypotheses) != len(one):
+      raise ValueError(f"{len(hypotheses)} translations for {len(one)} "
+                       "references")
   bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
   result = {
-      "bleu": bleu.corpus_score(hypotheses, [references]).score,
+      "bleu": bleu.corpus_score(hypotheses, sets).score,
       "bleu_signature": str(bleu.get_signature()),
-      "chrf": chrf.corpus_score(hypotheses, [references]).score,
+      "chrf": chrf.corpus_score(hypotheses, sets).score,
       "chrf_signature": str(chrf.get_signature()),
-      "exact_match": sum(h == r for h, r in zip(hypotheses, references))
-                     / max(len(references), 1)}
+      "exact_match": sum(h in refs for h, refs in zip(hypotheses, zip(*sets)))
+                     / max(len(hypotheses), 1)}
   if with_paper_bleu:
-    result["paper_bleu"] = paper_bleu(hypotheses, references)
+    result["paper_bleu"] = paper_bleu(hypotheses, sets)
   return result
 
 

@@ -365,9 +365,14 @@ def evaluate(translator, source_lines, reference_lines, batch_size=32,
              names=("the source", "the reference"),
              batch_tokens=0) -> Evaluation:
   """Translates `source_lines` and scores them against `reference_lines`
-  with sacrebleu (`evaluation.score`). `names` name the two in messages.
-  Raises DataError if the counts differ."""
-  corpora.check_line_aligned(source_lines, reference_lines, names)
+  with sacrebleu (`evaluation.score`): one reference set, or a list of
+  several. `names` name the source and each set in messages. Raises
+  DataError if the counts differ."""
+  sets = evaluation.reference_sets(reference_lines)
+  named = list(names[1:]) + [f"reference {i + 1}"
+                             for i in range(len(names) - 1, len(sets))]
+  for one, name in zip(sets, named):
+    corpora.check_line_aligned(source_lines, one, (names[0], name))
   warnings = translator.input_warnings(source_lines, names[0])
   hypotheses = [h[0][0] for h in translate(translator, source_lines, 1,
                                            batch_size, progress,
