@@ -1,6 +1,8 @@
 """bin/translate.py and bin/evaluate.py as a user runs them, on a
 checkpoint and on its export."""
 
+import contextlib
+import io
 import os
 import pty
 import re
@@ -287,6 +289,29 @@ def test_several_references_score_as_sacrebleu_scores_them():
   assert both["bleu"] > one["bleu"] and both["paper_bleu"] > one["paper_bleu"]
   with pytest.raises(ValueError, match="3 translations for 2 references"):
     evaluation.score(hypotheses, [first, second[:2]])
+
+
+def test_the_python_example_in_the_docs_runs(models, export_output):
+  """docs/decoding.md's "From Python" block, run on the fixtures' export
+  and run: it prints what translate.py prints for the same sentences."""
+  model_dir, exported = models
+  with open(os.path.join(REPO, "docs", "decoding.md"), encoding="utf-8") as f:
+    page = f.read()
+  code = re.search(r"## From Python\n.*?```python\n(.*?)```", page,
+                   re.S).group(1)
+  code = code.replace('"saved_models/numbers/1"', repr(str(exported)))
+  code = code.replace('"runs/numbers/averaged"', repr(str(model_dir)))
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    exec(compile(code, "docs/decoding.md", "exec"), {})  # pylint: disable=exec-used
+  lines = printed.getvalue().splitlines()
+  assert len(lines) == 4, lines
+  scores, translations = _scored_lines(export_output)
+  for line, text, score in zip(lines[:2], translations, scores):
+    assert line.rsplit(" ", 1)[0] == text
+    assert float(line.rsplit(" ", 1)[1]) == pytest.approx(score, abs=2e-4)
+  assert 0.0 <= float(lines[2]) <= 1.0
+  assert re.fullmatch(r"\[\(-[\d.e-]+, \[(-?[\d.e-]+(, )?)+\]\)\]", lines[3])
 
 
 def test_paper_bleu_splits_compounds():

@@ -18,13 +18,17 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-  """`Transformer` and `build_model` import TensorFlow on first use, so that
-  `tf_transformer.command` can quiet TensorFlow's start-up before it loads."""
+  """`Transformer`, `build_model`, `open_translator` and `open_scorer`
+  import TensorFlow on first use, so that `tf_transformer.command` can
+  quiet TensorFlow's start-up before it loads."""
   if name in ("Transformer", "build_model"):
     from tf_transformer import model
     return getattr(model, name)
+  if name in ("open_translator", "open_scorer"):
+    from tf_transformer.run import runner
+    return getattr(runner, name)
   raise AttributeError(f"module 'tf_transformer' has no attribute {name!r}")
 
 
 __all__ = ["PRESETS", "Transformer", "TransformerConfig", "build_model",
-           "get_config"]
+           "get_config", "open_scorer", "open_translator"]
