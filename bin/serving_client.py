@@ -12,8 +12,9 @@ With --target it scores given translations instead, as bin/score.py does:
       --target=hyp.txt --tokens
 
 Each request holds sentences of similar length (the input sorted by its
-whitespace words, --batch_words), as translate.py batches; the lines come
-out in input order. REST needs nothing beyond Python; gRPC needs
+whitespace words, --batch_words), as translate.py batches, within buffers
+of --buffer_lines lines; the lines come out in input order as they are
+answered, and typed at a terminal a line is sent as it is entered. REST needs nothing beyond Python; gRPC needs
 tensorflow-serving-api (pip install "tf_transformer[serving]"). Output
 lines are those of bin/translate.py: the translation, with --show_scores
 `SCORE<TAB>TEXT`, for --signature=nbest `INDEX ||| TEXT ||| SCORE`, and with
@@ -34,7 +35,6 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
-from tf_transformer.data.corpora import read_input
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.data.text_batches import word_lengths
@@ -76,6 +76,10 @@ flags.DEFINE_bool("tokens", False, "With --target: add each target token's "
                   "log-probability, as bin/score.py --tokens.")
 translator_flags.define_alignment_flags(
     "the export's alignment signature, or forced_alignment with --target")
+translator_flags.define_buffer_flag(
+    work="sent", terminal=" Stdin is read a buffer at a time, as it "
+    "comes; where it is a terminal the default is 1 (a line is sent when "
+    "typed).")
 flags.mark_flag_as_required("model_name")
 flags.register_multi_flags_validator(
     ["alignment", "signature"],
@@ -98,23 +102,26 @@ def main(argv):
   rest = FLAGS.protocol == "rest"
   server = FLAGS.server or ("localhost:8501" if rest else "localhost:8500")
   try:
-    texts = read_input(FLAGS.input)
-    targets = None
-    if FLAGS.target:
-      targets = read_lines(FLAGS.target)
-      check_line_aligned(texts, targets, (
+    targets = read_lines(FLAGS.target) if FLAGS.target else None
+    given = translator_flags.input_buffers(FLAGS.input,
+                                           whole=targets is not None)
+    if targets is not None:
+      check_line_aligned(given.lines, targets, (
           f"--input={FLAGS.input}" if FLAGS.input else "stdin",
           f"--target={FLAGS.target}"))
     if not rest:  # tensors are TensorFlow's protos; after what needs none
       command.import_tensorflow_quietly()
-    sides = [texts] if targets is None else [texts, targets]
-    lengths = lambda: [max(pair) for pair in zip(*map(word_lengths, sides))]
-    batches = batch_indices(len(texts), FLAGS.batch_size, FLAGS.batch_words,
-                            lengths)
-    for lines in in_input_order(  # each input's lines, as soon as in order
-        len(texts), batches,
-        lambda rows: _request(rest, server, rows, texts, targets)):
-      command.write_stdout("".join(line + "\n" for line in lines))
+    for first, texts in given.buffers:
+      start = first - 1
+      sides = [texts] if targets is None else [
+          texts, targets[start:start + len(texts)]]
+      lengths = lambda: [max(pair) for pair in zip(*map(word_lengths, sides))]
+      batches = batch_indices(len(texts), FLAGS.batch_size,
+                              FLAGS.batch_words, lengths)
+      for lines in in_input_order(  # each input's lines, as soon as in order
+          len(texts), batches,
+          lambda rows: _request(rest, server, rows, sides, start)):
+        command.write_stdout("".join(line + "\n" for line in lines))
   except DataError as e:
     print(f"serving_client: error: {e}", file=sys.stderr)
     return 2
@@ -124,14 +131,21 @@ def main(argv):
   return 0
 
 
-def _request(rest, server, rows, texts, targets):
-  """The answers to one request, of the inputs `rows`: each input's output
-  lines."""
-  batch = [texts[r] for r in rows]
-  if targets is not None:
+def _request(rest, server, rows, sides, start):
+  """The answers to one request: each input's output lines.
+
+  Args:
+    rest: REST, else gRPC.
+    server: its address.
+    rows: the inputs sent, indices into `sides`.
+    sides: [texts] or [texts, targets] of one buffer of input lines.
+    start: the buffer's first input's index in the whole input.
+  """
+  batch = [sides[0][r] for r in rows]
+  if len(sides) == 2:
     score = client.rest_score if rest else client.grpc_score
     return [[line] for line in score_lines(score(
-        server, FLAGS.model_name, batch, [targets[r] for r in rows],
+        server, FLAGS.model_name, batch, [sides[1][r] for r in rows],
         FLAGS.alignment, FLAGS.alignment_layer, FLAGS.model_version,
         FLAGS.timeout), FLAGS.tokens)]
   if FLAGS.alignment:
@@ -143,7 +157,7 @@ def _request(rest, server, rows, texts, targets):
   answers = predict(server, FLAGS.model_name, batch, FLAGS.signature,
                     FLAGS.model_version, FLAGS.timeout)
   return [output_lines([hypotheses], FLAGS.signature == "nbest",
-                       FLAGS.show_scores, row)
+                       FLAGS.show_scores, start + row)
           for row, hypotheses in zip(rows, answers)]
 
 

@@ -22,14 +22,12 @@ a terminal, each line is translated as it is typed.
 """
 
 import contextlib
-import itertools
 import sys
 
 from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
-from tf_transformer.data.corpora import input_windows
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.run import translator_flags
@@ -66,15 +64,10 @@ def main(argv):
   try:
     prefixes = (read_lines(FLAGS.target_prefix) if FLAGS.target_prefix
                 else None)
-    interactive = not FLAGS.input and sys.stdin.isatty()
-    window = (1 if interactive and not FLAGS["buffer_lines"].present
-              else FLAGS.buffer_lines)
-    windows = input_windows(FLAGS.input, window, whole=prefixes is not None)
+    given = translator_flags.input_buffers(FLAGS.input,
+                                           whole=prefixes is not None)
+    texts = given.lines or []
     name = f"--input={FLAGS.input}" if FLAGS.input else "stdin"
-    read_whole = isinstance(windows, list)
-    texts = [t for _, lines in windows for t in lines] if read_whole else []
-    if not read_whole:  # its first buffer read (and checked) before TF loads
-      windows = itertools.chain(list(itertools.islice(windows, 1)), windows)
     if prefixes is not None:
       check_line_aligned(prefixes, texts, (
           f"--target_prefix={FLAGS.target_prefix}", FLAGS.input or "stdin"))
@@ -85,13 +78,13 @@ def main(argv):
     def warnings(texts, first):
       for warning in translator.input_warnings(texts, name, first=first):
         print(f"translate: warning: {warning}", file=sys.stderr)
-    if read_whole:
+    if given.lines is not None:
       warnings(texts, 1)
-    with (contextlib.nullcontext() if interactive else Progress(
+    with (contextlib.nullcontext() if given.interactive else Progress(
         "translated", len(texts) or None, "sentences")) as progress, \
         command.Output(FLAGS.output) as output:
-      for first, lines in windows:
-        if not read_whole:
+      for first, lines in given.buffers:
+        if given.lines is None:
           warnings(lines, first)
         output.write(_translated(translator, lines, first, progress,
                                  prefixes))

@@ -282,19 +282,20 @@ def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
 def test_command_sends_sentences_of_similar_length(saved_model,
                                                    rest_server):
   """Requests cut from the input sorted by length (whitespace words),
-  longest first; the lines in input order, n-best indices too; and with
-  --batch_words=0 the file in order."""
+  longest first, within --buffer_lines buffers; the lines in input order,
+  n-best indices too; and with --batch_words=0 the file in order."""
   texts = ["seven", "four hundred and twenty-one", "", "nine hundred and two",
            "one"]
   stdin = "".join(t + "\n" for t in texts)
   sorted_batches = [[1, 3], [0, 4], [2]]
-  for batch_words, batches in ((1024, sorted_batches),
-                               (0, [[0, 1], [2, 3], [4]])):
+  for batch_words, buffer_lines, batches in (
+      (1024, 10_000, sorted_batches), (0, 10_000, [[0, 1], [2, 3], [4]]),
+      (1024, 2, [[1, 0], [3, 2], [4]])):  # sorted within buffers of 2
     REQUESTS.clear()
     result = run_script("serving_client.py", f"--server={rest_server}",
                         "--model_name=numbers", "--show_scores",
                         "--batch_size=2", f"--batch_words={batch_words}",
-                        input_text=stdin)
+                        f"--buffer_lines={buffer_lines}", input_text=stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     assert [inputs["text"] for _, inputs in REQUESTS] == [
         [texts[i] for i in batch] for batch in batches]
@@ -313,6 +314,13 @@ def test_command_sends_sentences_of_similar_length(saved_model,
   assert [len(inputs["text"]) for _, inputs in REQUESTS] == [1, 1, 3]
   indices = [int(line.split(" ||| ")[0]) for line in nbest.stdout.splitlines()]
   assert indices == sorted(indices) and set(indices) == set(range(5))
+  # In buffers of 2 lines, the indices still count from the input's start.
+  buffered = run_script("serving_client.py", f"--server={rest_server}",
+                        "--model_name=numbers", "--signature=nbest",
+                        "--buffer_lines=2", input_text=stdin)
+  assert buffered.returncode == 0, buffered.stderr[-2000:]
+  assert [int(line.split(" ||| ")[0])
+          for line in buffered.stdout.splitlines()] == indices
 
 
 def test_command_scores_as_bin_score(saved_model, rest_server, grpc_server,

@@ -1,12 +1,18 @@
 """absl flags that pick a model and a decoding, for bin/ scripts (defined
 without importing TensorFlow: `tf_transformer.choices`)."""
 
+import dataclasses
+import itertools
+import sys
+from typing import Iterable, Optional
+
 from absl import app
 from absl import flags
 
 from tf_transformer.choices import AVERAGES
 from tf_transformer.choices import DECODING_BOUNDS
 from tf_transformer.choices import METHODS
+from tf_transformer.data import corpora
 from tf_transformer.data.errors import DataError
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
@@ -136,6 +142,32 @@ def define_buffer_flag(items="Input lines", work="translated",
       "(Marian's maxi-batch, fairseq's --buffer-size): output flows on a "
       "long input, and a stopped run keeps what it wrote. 0: the whole "
       f"input at once.{terminal}", lower_bound=0)
+
+
+@dataclasses.dataclass
+class InputBuffers:
+  """A command's input in --buffer_lines buffers (`input_buffers`)."""
+  buffers: Iterable  # (first line number, lines)
+  lines: Optional[list]  # every line, where read whole; None: streamed
+  interactive: bool  # stdin is a terminal
+
+
+def input_buffers(path, whole=False, values=None) -> InputBuffers:
+  """--input (`path`) or stdin in --buffer_lines buffers
+  (`corpora.input_windows`): a file, or stdin with `whole`, read whole;
+  else stdin as it comes, its first buffer read at once (so that a bad line
+  there is named before TensorFlow loads), and a line a buffer at a
+  terminal unless --buffer_lines is given."""
+  values = values or flags.FLAGS
+  interactive = not path and sys.stdin.isatty()
+  window = (1 if interactive and not values["buffer_lines"].present
+            else values.buffer_lines)
+  buffers = corpora.input_windows(path, window, whole)
+  if isinstance(buffers, list):
+    return InputBuffers(buffers, [t for _, lines in buffers for t in lines],
+                        interactive)
+  first = list(itertools.islice(buffers, 1))
+  return InputBuffers(itertools.chain(first, buffers), None, interactive)
 
 
 def define_alignment_flags(sources, added="Append ' ||| ' and the word "
