@@ -32,6 +32,8 @@ def reference_sets(references):
 
   Args:
     references: one set (a list of strings) or several (a list of lists).
+  Returns:
+    A list of reference sets (lists of strings), one set where one is given.
   """
   if references and not isinstance(references[0], str):
     return [list(one) for one in references]
