@@ -16,14 +16,13 @@ whitespace words, --batch_words), as translate.py batches, within buffers
 of --buffer_lines lines; the lines come out in input order as they are
 answered, and typed at a terminal a line is sent as it is entered. REST
 needs nothing beyond Python; gRPC needs tensorflow-serving-api (pip install
-"tf_transformer[serving]"). Output
-lines are those of bin/translate.py: the translation, with --show_scores
-`SCORE<TAB>TEXT`, for --signature=nbest `INDEX ||| TEXT ||| SCORE`, and with
---alignment `TEXT ||| 0-0 1-2 ...` (the export's `alignment` signature; the
-word pairs are made here, as translate.py makes them). With --target they are
-bin/score.py's: `LOG_PROB<TAB>TOKENS`, --tokens adding the per-token
-values, --alignment the pair's word alignment (the `score` and
-`forced_alignment` signatures).
+"tf_transformer[serving]"). Output lines are those of bin/translate.py: the
+translation, with --show_scores `SCORE<TAB>TEXT`, for --signature=nbest
+`INDEX ||| TEXT ||| SCORE`, and with --alignment `TEXT ||| 0-0 1-2 ...` (the
+export's `alignment` signature; the word pairs are made here, as
+translate.py makes them). With --target they are bin/score.py's:
+`LOG_PROB<TAB>TOKENS`, --tokens adding the per-token values, --alignment
+the pair's word alignment (the `score` and `forced_alignment` signatures).
 
 Exit status: 0 answered; 1 bad flags, server or answer; 2 an unreadable
 input or --target (the file, or stdin, and the line named), or the two of

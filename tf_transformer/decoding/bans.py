@@ -11,8 +11,8 @@
 a banned token's probability moves onto PAD, which no search outputs but
 whose probability counts in the normalization. So a search's scores stay
 the model's log P(Y|X) (what `bin/score.py` gives its outputs), where
-CTranslate2 renormalizes over the tokens left. With both settings 0 (the default) no
-search is changed.
+CTranslate2 renormalizes over the tokens left. With both settings 0 (the
+default) no search is changed.
 
 A search keeps its outputs so far in a `history` [rows, max_length + 1]
 buffer: the decoder's start token (BOS) at position 0, then the tokens
