@@ -31,6 +31,7 @@ from absl import flags
 
 from tf_transformer import command
 from tf_transformer.data.corpora import check_line_aligned
+from tf_transformer.data.corpora import line_windows
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
 from tf_transformer.progress import Progress
@@ -68,13 +69,13 @@ def main(argv):
     scorer = runner.open_scorer(FLAGS.model, FLAGS.alignment,
                                 FLAGS.alignment_layer)
     batch_size, batch_tokens = translator_flags.batching()
-    window = FLAGS.buffer_lines or max(len(sources), 1)
     with Progress("scored", len(sources), "pairs") as progress, \
         command.Output(FLAGS.output) as output:
-      for start in range(0, len(sources), window):
+      for first, buffer in line_windows(sources, FLAGS.buffer_lines):
+        start = first - 1
         output.write(score_lines(scorer.score(
-            sources[start:start + window], targets[start:start + window],
-            batch_size, progress, batch_tokens), FLAGS.tokens))
+            buffer, targets[start:start + len(buffer)], batch_size,
+            progress, batch_tokens), FLAGS.tokens))
   except DataError as e:
     print(f"score: error: {e}", file=sys.stderr)
     return 2

@@ -76,40 +76,39 @@ def read_input(path: Optional[str] = None) -> list:
   the line)."""
   if path:
     return read_lines(path)
-  return [_decoded(raw, number, "stdin")
-          for number, raw in enumerate(sys.stdin.buffer, 1)]
+  return list(_stdin_lines())
 
 
-def input_windows(path: Optional[str] = None, window: int = 0,
-                  whole: bool = False):
-  """The lines a command translates, in windows that it translates and
-  writes one after another (Marian's maxi-batch, fairseq's buffer), so that
-  output flows while the input is long, and stdin can be typed at.
+def _stdin_lines() -> Iterator[str]:
+  """Each line of standard input as it comes, as `read_input` reads it."""
+  for number, raw in enumerate(sys.stdin.buffer, 1):
+    yield _decoded(raw, number, "stdin")
+
+
+def line_windows(lines: list, window: int) -> list:
+  """`lines` in windows that a command translates and writes one after
+  another (Marian's maxi-batch, fairseq's buffer), so that output flows
+  while the input is long.
 
   Args:
-    path: a file, read whole first (a bad line is named before any work),
-      or None: stdin, read a window at a time as it comes.
-    window: lines a window; 0: the whole input in one.
-    whole: read stdin whole first too (to check it against another file).
+    lines: the input lines.
+    window: lines a window; 0: all in one.
   Returns:
-    (first line number, lines) windows: a list where the input was read
-    whole, else an iterator that raises a `DataError` naming "stdin" and
-    the line where a line is not UTF-8.
+    (first line number, lines) of each window.
   """
-  if path or whole or not window:
-    lines = read_input(path)
-    size = window or max(len(lines), 1)
-    return [(start + 1, lines[start:start + size])
-            for start in range(0, len(lines), size)]
-  return _stdin_windows(window)
+  size = window or max(len(lines), 1)
+  return [(start + 1, lines[start:start + size])
+          for start in range(0, len(lines), size)]
 
 
-def _stdin_windows(window):
-  """`input_windows` of stdin, each yielded once `window` lines (or the
-  input's end) have come."""
+def stdin_windows(window: int) -> Iterator[tuple]:
+  """`line_windows` of standard input, each yielded once its `window`
+  lines (or the input's end) have come, so that stdin can be typed at;
+  raises a `DataError` naming "stdin" and the line where a line is not
+  UTF-8."""
   lines, first = [], 1
-  for number, raw in enumerate(sys.stdin.buffer, 1):
-    lines.append(_decoded(raw, number, "stdin"))
+  for number, line in enumerate(_stdin_lines(), 1):
+    lines.append(line)
     if len(lines) == window:
       yield first, lines
       lines, first = [], number + 1

@@ -153,19 +153,20 @@ class InputBuffers:
 
 
 def input_buffers(path, whole=False, values=None) -> InputBuffers:
-  """--input (`path`) or stdin in --buffer_lines buffers
-  (`corpora.input_windows`): a file, or stdin with `whole`, read whole;
-  else stdin as it comes, its first buffer read at once (so that a bad line
-  there is named before TensorFlow loads), and a line a buffer at a
+  """--input (`path`) or stdin in --buffer_lines buffers: a file, or stdin
+  with `whole`, read whole (`corpora.line_windows`); else stdin as it comes
+  (`corpora.stdin_windows`), its first buffer read at once (so that a bad
+  line there is named before TensorFlow loads), and a line a buffer at a
   terminal unless --buffer_lines is given."""
   values = values or flags.FLAGS
   interactive = not path and sys.stdin.isatty()
   window = (1 if interactive and not values["buffer_lines"].present
             else values.buffer_lines)
-  buffers = corpora.input_windows(path, window, whole)
-  if isinstance(buffers, list):
-    return InputBuffers(buffers, [t for _, lines in buffers for t in lines],
+  if path or whole or not window:
+    lines = corpora.read_input(path)
+    return InputBuffers(corpora.line_windows(lines, window), lines,
                         interactive)
+  buffers = corpora.stdin_windows(window)
   first = list(itertools.islice(buffers, 1))
   return InputBuffers(itertools.chain(first, buffers), None, interactive)
 
