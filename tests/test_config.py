@@ -73,6 +73,8 @@ def test_three_parts_serialize_together_and_old_flat_files_load():
     ("d_model", "expected name=value"),
     ("d_model=big", "hparam d_model='big'"),
     ("dropout_rate=1.5", "dropout_rate=1.5: must be in [0, 1)"),
+    ("subword_alpha=1.0", "subword_alpha=1.0: must be in [0, 1)"),
+    ("subword_samples=0", "subword_samples=0: must be a positive integer"),
     ("num_heads=7", "num_heads=7: must divide d_model=512"),
     ("norm_position=middle", "norm_position='middle'"),
     ("share_embeddings=perhaps", "expected true or false"),

@@ -273,3 +273,122 @@ def test_a_bad_line_stops_tokenizing_naming_it_and_leaves_nothing(tmp_path):
   with pytest.raises(DataError, match=r"train\.en:2: invalid UTF-8"):
     token_store.write(str(tmp_path / "run"), "train", spec, vocabulary())
   assert os.listdir(tmp_path / "run") == []
+
+
+def _segmentations(store):
+  return [tuple(map(tuple, store.pair(i))) for i in range(store.num_pairs)]
+
+
+def test_sampled_segmentations_are_seeded_and_read_one_an_epoch(tmp_path):
+  """Subword regularization: K segmentations sampled once, each of the
+  same text as the best; epoch e trains on segmentation e mod K, within
+  the token budget, and a resume reads the same segmentations."""
+  sampling = token_store.Sampling(alpha=0.3, samples=3, seed=1)
+  directory = str(tmp_path / "run")
+  [(store, _)] = token_store.open_training(directory, SPEC, vocabulary(),
+                                           sampling=sampling)
+  assert len(store.samples) == 3
+  best = _segmentations(store)
+  samples = [_segmentations(sample) for sample in store.samples]
+  processor = vocabulary().processor()
+  for sample in samples:
+    assert sample != best and len(sample) == len(best)
+    for (source, target), (best_source, best_target) in zip(sample, best):
+      assert processor.decode(list(source)) == processor.decode(
+          list(best_source))
+      assert processor.decode(list(target)) == processor.decode(
+          list(best_target))
+  assert samples[0] != samples[1] != samples[2]
+  # BPE-dropout leaves merges out: more pieces, never fewer.
+  assert all(store.samples[0].manifest[f"{side}_tokens"] >
+             store.manifest[f"{side}_tokens"] for side in ("source", "target"))
+  assert store.samples[1].manifest["sampling"] == {
+      "alpha": 0.3, "sample": 2, "seed": 1}
+  # The same seed samples the same segmentations; another, others.
+  again = token_store.open_training(str(tmp_path / "again"), SPEC,
+                                    vocabulary(), sampling=sampling)
+  assert [_segmentations(s) for s in again[0][0].samples] == samples
+  other = token_store.open_training(
+      str(tmp_path / "other"), SPEC, vocabulary(),
+      sampling=token_store.Sampling(alpha=0.3, samples=3, seed=2))
+  assert _segmentations(other[0][0].samples[0]) != samples[0]
+
+  budget, max_length = 256, 32
+  batches = EpochBatches(store, budget, max_length, seed=3)
+  for epoch, expected in ((0, 0), (1, 1), (3, 0)):
+    seen = []
+    for index in range(batches.epoch_sizes[expected]):
+      batch = batches.batch(epoch, index)
+      assert batch[0].size <= budget and batch[1].size <= budget
+      seen += _pairs_of(batch)
+    # Each segmentation keeps the pairs that fit --max_length in it.
+    longest = np.maximum(*store.samples[expected].lengths())
+    assert collections.Counter(seen) == collections.Counter(
+        samples[expected][i] for i in np.flatnonzero(longest + 1 <= 32))
+  # The stream runs through epochs of their own sizes, and resumes.
+  sizes = batches.epoch_sizes
+  assert len(set(sizes)) > 1, sizes  # the segmentations' lengths differ
+  whole = _stream(batches, 0, 0, sum(sizes) + 3)
+  positions = [(epoch, index) for epoch, index, _ in whole]
+  assert positions[sizes[0] - 1:sizes[0] + 1] == [(0, sizes[0] - 1), (1, 0)]
+  assert positions[sum(sizes)] == (3, 0)
+  assert _stream(batches, 1, 2, 4) == whole[sizes[0] + 2:sizes[0] + 6]
+
+  # A resume opens what is there; another alpha samples again.
+  mtime = os.stat(os.path.join(directory, "train.sample1.source.npy"))
+  [(resumed, _)] = token_store.open_training(directory, SPEC, vocabulary(),
+                                             sampling=sampling)
+  assert [_segmentations(s) for s in resumed.samples] == samples
+  assert os.stat(os.path.join(directory, "train.sample1.source.npy")
+                 ).st_mtime_ns == mtime.st_mtime_ns
+  changed = token_store.Sampling(alpha=0.1, samples=2, seed=1)
+  [(resumed, _)] = token_store.open_training(directory, SPEC, vocabulary(),
+                                             sampling=changed)
+  assert resumed.samples[0].manifest["sampling"]["alpha"] == 0.1
+  with pytest.raises(DataError, match="stale: sampled with"):
+    token_store.open_store(directory, "train.sample1", SPEC, vocabulary(),
+                           sampling.manifest(1))
+  # A sampled segmentation is never taken for the best one.
+  with pytest.raises(DataError, match="stale: a sampled segmentation"):
+    token_store.open_store(directory, "train.sample1", SPEC, vocabulary())
+  token_store.remove(directory)
+  assert not [name for name in os.listdir(directory) if "sample" in name]
+
+
+def test_a_run_with_subword_alpha_trains_on_its_samples(tmp_path):
+  """`--hparams=subword_alpha=...`: the run samples its segmentations once,
+  keeps the one best for its statistics, and a resume samples nothing
+  again."""
+  from tf_transformer import get_config  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  run = tmp_path / "run"
+  config = get_config("tiny", "subword_alpha=0.2,subword_samples=2",
+                      vocab_size=300, train_steps=2, batch_tokens=256)
+  train = lambda steps: Runner(str(run)).train(
+      config.replace(train_steps=steps), SPEC, vocab_size=300, max_length=32,
+      eval_every_steps=0, checkpoint_every_secs=0)
+  assert train(2)["step"] == 2
+  assert sorted(name for name in os.listdir(run) if name.startswith(
+      "train.") and name.endswith(".tokens.json")) == [
+          "train.sample1.tokens.json", "train.sample2.tokens.json",
+          "train.tokens.json"]
+  saved = json.loads((run / "config.json").read_text())["training"]
+  assert (saved["subword_alpha"], saved["subword_samples"]) == (0.2, 2)
+  stats = json.loads((run / "data_stats.json").read_text())
+  best = token_store.open_store(str(run), "train", SPEC,
+                                vocabulary_lib.Vocabulary.load(str(run)))
+  assert stats["train"]["target_tokens"] == best.manifest["target_tokens"]
+  sample = run / "train.sample1.source.npy"
+  mtime = os.stat(sample).st_mtime_ns
+  assert train(4)["step"] == 4
+  assert os.stat(sample).st_mtime_ns == mtime
+
+
+def test_stream_positions_cycle_through_epochs_of_their_own_sizes():
+  sizes = [3, 5, 4]  # batches of the epochs of 3 segmentations
+  positions = [epoch_batches.locate(sizes, p) for p in range(30)]
+  assert positions[:4] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+  assert positions[8] == (2, 0) and positions[12] == (3, 0)
+  assert all(index < sizes[epoch % 3] for epoch, index in positions)
+  assert [epoch_batches.position_of(sizes, *p) for p in positions] == list(
+      range(30))

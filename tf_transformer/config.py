@@ -110,9 +110,20 @@ class TrainingConfig:
   learning_rate_schedule: str = "eq3"
   train_steps: int = 100000
   batch_tokens: int = 25000
+  # Subword regularization (`data/token_store.py`): above 0, each epoch
+  # trains on one of `subword_samples` segmentations of the training pairs
+  # sampled by SentencePiece with this alpha (BPE-dropout's merge-dropout
+  # probability for a BPE vocabulary, Provilkov et al., 2020; the unigram
+  # sampling's smoothing for a unigram one, Kudo, 2018). 0: the one best
+  # segmentation, as the paper.
+  subword_alpha: float = 0.0
+  subword_samples: int = 8
 
   def __post_init__(self):
-    _check_positive(self, ("warmup_steps", "train_steps", "batch_tokens"))
+    _check_positive(self, ("warmup_steps", "train_steps", "batch_tokens",
+                           "subword_samples"))
+    if not 0.0 <= self.subword_alpha < 1.0:
+      _fail(self, "subword_alpha", "must be in [0, 1)")
     if self.learning_rate_schedule not in ("eq3", "budget"):
       _fail(self, "learning_rate_schedule", "expected 'eq3' or 'budget'")
     if not 0.0 <= self.label_smoothing < 1.0:

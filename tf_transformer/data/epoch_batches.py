@@ -15,6 +15,13 @@ an uninterrupted one would have, without reading the batches before. Input
 pipeline p of P (one per worker under MultiWorkerMirroredStrategy) takes
 batches p, p + P, ... of each epoch and reads only their pairs.
 
+With subword regularization, epoch e reads the pairs in their sampled
+segmentation e mod K (`token_store.Sampling`), grouped by that
+segmentation's own lengths: epochs of different segmentations hold
+different numbers of batches (`epoch_sizes`), and a stream position maps
+to (epoch, batch) through them (`locate`), so a resume needs no replay
+here either.
+
 Several corpora (`WeightedBatches`): each batch is drawn from one corpus
 by the corpora's weights, in an order that is a function of (seed, epoch)
 too.
@@ -42,23 +49,25 @@ class EpochBatches:
   def __init__(self, store, batch_tokens, max_length, seed=0,
                num_pipelines=1, pipeline=0):
     batching.check_budget(batch_tokens, max_length)
-    self.store, self.seed = store, seed
+    self.seed = seed
     self.num_pipelines, self.pipeline = num_pipelines, pipeline
     self.lengths = np.array(batching.bucket_lengths(max_length))
     self.rows = np.maximum(batch_tokens // self.lengths, 1)
-    source, target = store.lengths()
-    needed = np.maximum(source + 1, target + 1)  # + EOS / BOS
-    index_type = np.int32 if store.num_pairs < 2**31 else np.int64
-    self.kept = np.flatnonzero(needed <= max_length).astype(index_type)
-    self.group = np.searchsorted(self.lengths, needed[self.kept]).astype(
-        np.int8)
-    self.counts = np.bincount(self.group, minlength=len(self.lengths))
-    self.num_batches = int(sum(math.ceil(c / r)
-                               for c, r in zip(self.counts, self.rows)))
-    self.per_pipeline = len(range(pipeline, self.num_batches, num_pipelines))
-    if not self.per_pipeline:
+    # Epoch e reads segmentation e mod K of the store's K sampled ones
+    # (subword regularization, `token_store.Sampling`), or the store; each
+    # groups its pairs by its own lengths.
+    self.segmentations = store.samples or (store,)
+    self.layouts = [_Layout(s, self.lengths, self.rows, max_length,
+                            num_pipelines, pipeline)
+                    for s in self.segmentations]
+    # This pipeline's batches in epochs 0 .. K - 1 (then again).
+    self.epoch_sizes = [layout.per_pipeline for layout in self.layouts]
+    first = self.layouts[0]
+    self.kept, self.num_batches = first.kept, first.num_batches
+    self.per_pipeline = round(np.mean(self.epoch_sizes))
+    if not min(self.epoch_sizes):
       raise DataError(
-          f"the training data make {self.num_batches} batches of "
+          f"the training data make {first.num_batches} batches of "
           f"--batch_tokens={batch_tokens} an epoch, fewer than the "
           f"{num_pipelines} input pipelines; lower --batch_tokens or add "
           "data")
@@ -70,11 +79,12 @@ class EpochBatches:
     return self._plans.get(epoch)
 
   def _make_plan(self, epoch):
+    layout = self.layouts[epoch % len(self.layouts)]
     rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
-    shuffled = rng.permutation(len(self.kept))
-    by_group = shuffled[np.argsort(self.group[shuffled], kind="stable")]
-    order = self.kept[by_group]
-    counts = self.counts
+    shuffled = rng.permutation(len(layout.kept))
+    by_group = shuffled[np.argsort(layout.group[shuffled], kind="stable")]
+    order = layout.kept[by_group]
+    counts = layout.counts
     group_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     starts, groups = [], []
     for g, (first, count, rows) in enumerate(zip(group_starts, counts,
@@ -94,7 +104,7 @@ class EpochBatches:
     b = int(index) * self.num_pipelines + self.pipeline
     pairs = np.sort(order[starts[b]:ends[b]])  # reads in file order
     width = int(self.lengths[groups[b]])
-    store = self.store
+    store = self.segmentations[int(epoch) % len(self.segmentations)]
     return (_padded(store.source, store.offsets[:, 0], pairs, width,
                     last=EOS_ID),
             _padded(store.target, store.offsets[:, 1], pairs, width,
@@ -104,6 +114,23 @@ class EpochBatches:
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
     return _stream(self, start_epoch, start_batch)
+
+
+class _Layout:
+  """One segmentation's kept pairs (those within `max_length` with EOS or
+  BOS), their length groups, and the batches they make an epoch."""
+
+  def __init__(self, store, lengths, rows, max_length, num_pipelines,
+               pipeline):
+    source, target = store.lengths()
+    needed = np.maximum(source + 1, target + 1)  # + EOS / BOS
+    index_type = np.int32 if store.num_pairs < 2**31 else np.int64
+    self.kept = np.flatnonzero(needed <= max_length).astype(index_type)
+    self.group = np.searchsorted(lengths, needed[self.kept]).astype(np.int8)
+    self.counts = np.bincount(self.group, minlength=len(lengths))
+    self.num_batches = int(sum(math.ceil(c / r)
+                               for c, r in zip(self.counts, rows)))
+    self.per_pipeline = len(range(pipeline, self.num_batches, num_pipelines))
 
 
 class WeightedBatches:
@@ -123,6 +150,7 @@ class WeightedBatches:
     self.shares = np.array([max(1, round(total * w / sum(weights)))
                             for w in weights])
     self.per_pipeline = int(self.shares.sum())
+    self.epoch_sizes = [self.per_pipeline]
     self.num_batches = sum(p.num_batches for p in parts)
     self._plans = _RecentPlans(self._make_plan)
 
@@ -144,7 +172,7 @@ class WeightedBatches:
     k = int(corpus[int(index)])
     j = int(epoch) * int(self.shares[k]) + int(running[int(index)])
     part = self.parts[k]
-    return part.batch(j // part.per_pipeline, j % part.per_pipeline)
+    return part.batch(*locate(part.epoch_sizes, j))
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
     return _stream(self, start_epoch, start_batch)
@@ -167,20 +195,42 @@ class _RecentPlans:
       return self._plans[epoch]
 
 
+def locate(epoch_sizes, position):
+  """(epoch, index) of a stream `position`, epochs of `epoch_sizes` batches
+  in turn (one size, or K for K segmentations)."""
+  cycle, within = divmod(int(position), int(sum(epoch_sizes)))
+  ends = np.cumsum(epoch_sizes)
+  k = int(np.searchsorted(ends, within, side="right"))
+  return cycle * len(epoch_sizes) + k, within - int(ends[k] - epoch_sizes[k])
+
+
+def position_of(epoch_sizes, epoch, index):
+  """The stream position of batch `index` of `epoch` (`locate`'s
+  inverse)."""
+  cycle, k = divmod(int(epoch), len(epoch_sizes))
+  return (cycle * int(sum(epoch_sizes)) + int(sum(epoch_sizes[:k]))
+          + int(index))
+
+
 def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
   """Endless: `(((source, target_in), target_out), (epoch, index))` from
   `batches`' batch `start_batch` of `start_epoch` on."""
-  per_epoch = batches.per_pipeline
+  sizes = list(batches.epoch_sizes)
+  ends = tf.constant(np.cumsum(sizes), tf.int64)
 
-  def load(position):
-    epoch, index = position // per_epoch, position % per_epoch
+  def load(position):  # `locate` in the graph
+    cycle, within = position // ends[-1], position % ends[-1]
+    k = tf.searchsorted(ends, within[None], side="right",
+                        out_type=tf.int64)[0]
+    epoch = cycle * len(sizes) + k
+    index = within - (ends[k] - tf.constant(sizes, tf.int64)[k])
     tensors = tf.numpy_function(batches.batch, [epoch, index],
                                 [tf.int32] * 3, stateful=False)
     source, target_in, target_out = [tf.ensure_shape(t, [None, None])
                                      for t in tensors]
     return ((source, target_in), target_out), (epoch, index)
 
-  start = start_epoch * per_epoch + start_batch
+  start = position_of(sizes, start_epoch, start_batch)
   return pipeline_options.without_autotuning(
       tf.data.Dataset.range(start, 2**62).map(
           load, num_parallel_calls=tf.data.AUTOTUNE,
