@@ -289,5 +289,9 @@ def training_stream_fn(stores, batch_tokens, max_length, seed=0,
                  input_context.num_input_pipelines, batches.per_pipeline,
                  batches.num_batches, kept, pairs, max_length, start_epoch,
                  start_batch)
+    if len(set(batches.epoch_sizes)) > 1:
+      logging.info("epochs of the %d sampled segmentations: %s batches of "
+                   "this pipeline", len(batches.epoch_sizes),
+                   ", ".join(map(str, batches.epoch_sizes)))
     return batches.dataset(start_epoch, start_batch)
   return dataset_fn
