@@ -216,16 +216,16 @@ def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
   """Endless: `(((source, target_in), target_out), (epoch, index))` from
   `batches`' batch `start_batch` of `start_epoch` on."""
   sizes = list(batches.epoch_sizes)
-  ends = tf.constant(np.cumsum(sizes), tf.int64)
 
-  def load(position):  # `locate` in the graph
-    cycle, within = position // ends[-1], position % ends[-1]
-    k = tf.searchsorted(ends, within[None], side="right",
-                        out_type=tf.int64)[0]
-    epoch = cycle * len(sizes) + k
-    index = within - (ends[k] - tf.constant(sizes, tf.int64)[k])
-    tensors = tf.numpy_function(batches.batch, [epoch, index],
-                                [tf.int32] * 3, stateful=False)
+  def located_batch(position):
+    epoch, index = locate(sizes, position)
+    return (np.int64(epoch), np.int64(index), *batches.batch(epoch, index))
+
+  def load(position):
+    epoch, index, *tensors = tf.numpy_function(
+        located_batch, [position], [tf.int64] * 2 + [tf.int32] * 3,
+        stateful=False)
+    epoch, index = tf.ensure_shape(epoch, []), tf.ensure_shape(index, [])
     source, target_in, target_out = [tf.ensure_shape(t, [None, None])
                                      for t in tensors]
     return ((source, target_in), target_out), (epoch, index)

@@ -354,16 +354,16 @@ def open_training(directory, spec, vocabulary, write_missing=True,
 
 def _open_or_write(directory, corpus, spec, vocabulary, write_missing,
                    sampled=None):
+  """`corpus`'s store, written where missing (if `write_missing`), or, for
+  a sampled segmentation that is stale, written again."""
   manifest = sampled and sampled[0].manifest(sampled[2])
-  if write_missing and exists(directory, corpus):
+  if exists(directory, corpus) or not write_missing:
     try:
       return open_store(directory, corpus, spec, vocabulary, manifest)
     except DataError:
-      if not sampled:
+      if not (sampled and write_missing):
         raise
       logging.info("%s: sampled again, with %s", corpus, manifest)
-  elif not write_missing:
-    return open_store(directory, corpus, spec, vocabulary, manifest)
   return write(directory, corpus, spec, vocabulary, sampled=sampled)
 
 

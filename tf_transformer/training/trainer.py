@@ -185,13 +185,14 @@ class Trainer:
     (written once into the run directory by its chief), from the saved
     input position on, without replaying the batches before it."""
     o, training = self.options, self.config.training
-    sampling = training.subword_alpha and token_store.Sampling(
-        training.subword_alpha, training.subword_samples, o.seed)
+    sampling = (token_store.Sampling(training.subword_alpha,
+                                     training.subword_samples, o.seed)
+                if training.subword_alpha else None)
     if not self.is_chief:
       token_store.wait_for(o.model_dir, self.spec, sampling=sampling)
     stores = token_store.open_training(o.model_dir, self.spec,
                                        self.vocabulary, self.is_chief,
-                                       sampling or None)
+                                       sampling)
     dataset_fn = epoch_batches.training_stream_fn(
         stores, self.config.training.batch_tokens, o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
