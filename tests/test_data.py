@@ -32,7 +32,8 @@ def test_numbers_is_deterministic_and_splits_are_disjoint(corpus):
   assert numbers.generate(SIZES, seed=8) != corpus
   assert {k: len(v) for k, v in corpus.items()} == SIZES
   train, dev, test = (set(corpus[s]) for s in ("train", "dev", "test"))
-  assert len(train) == SIZES["train"]
+  # Distinct but for the lexicon's repeats (the next test).
+  assert len(train) == SIZES["train"] - numbers.LEXICON
   assert not train & dev and not train & test and not dev & test
   # Growing the training set leaves dev and test where they were.
   bigger = numbers.generate(dict(SIZES, train=4000), seed=7)
@@ -56,11 +57,21 @@ def test_numbers_lexicon_is_in_train_and_dev_test_compose(corpus):
   lexicon = {numbers.num2words(n) for n in range(numbers.LEXICON)}
   train = {source for source, _ in corpus["train"]}
   assert lexicon <= train
+  # Each repeated alike, to fill about LEXICON_SHARE of train: once each,
+  # a model learned that every number has a hundred or a thousand in it.
+  for size, repeats in ((3000, 2), (20000, 10), (500, 1), (40, 0)):
+    drawn = [s for s, _ in numbers.generate({"train": size}, seed=7)["train"]]
+    counts = collections.Counter(s for s in drawn if s in lexicon)
+    assert len(drawn) == size
+    if repeats:
+      assert set(counts.values()) == {repeats} and len(counts) == 100, size
+    else:  # a split smaller than the lexicon: each number at most once
+      assert len(counts) == size and set(counts.values()) == {1}
   for split in ("dev", "test"):
     assert not lexicon & {source for source, _ in corpus[split]}
     assert any("thousand" not in s for s, _ in corpus[split])  # hundreds
   with pytest.raises(numbers.DataError, match="at most 1000000"):
-    numbers.generate({"train": 999_000, "dev": 1000, "test": 1})
+    numbers.generate({"train": 1_100_000, "dev": 1000, "test": 1})
   source, target = numbers.generate({"train": 1}, seed=0,
                                     target_language="fr")["train"][0]
   assert source and target and source != target

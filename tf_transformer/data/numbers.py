@@ -19,6 +19,10 @@ from tf_transformer.data.errors import DataError
 DEFAULT_SIZES = {"train": 40000, "dev": 500, "test": 500}
 MAX_DIGITS = 6  # numbers below one million
 LEXICON = 100  # zero to ninety-nine: the words every other number is built of
+# The share of a train split the lexicon fills, each number repeated alike:
+# once each, 100 of 40,000 pairs, a model learns that every number has a
+# hundred or a thousand in it ("seven" -> "siebenhundertsieben").
+LEXICON_SHARE = 0.05
 
 
 def _draw_numbers(count: int, rng: random.Random, seen: set) -> List[int]:
@@ -28,8 +32,9 @@ def _draw_numbers(count: int, rng: random.Random, seen: set) -> List[int]:
   digit_counts = list(range(len(str(LEXICON)), MAX_DIGITS + 1))
   capacity = 10**MAX_DIGITS - LEXICON - len(seen - set(range(LEXICON)))
   if count > capacity:
-    raise DataError(f"numbers: {count + len(seen)} pairs asked for, at most "
-                    f"{10**MAX_DIGITS} distinct numbers exist")
+    raise DataError(f"numbers: {count + len(seen)} distinct numbers asked "
+                    f"for (the lexicon's repeats aside), at most "
+                    f"{10**MAX_DIGITS} exist")
   chosen = []
   while len(chosen) < count:
     digits = rng.choice(digit_counts)
@@ -40,6 +45,16 @@ def _draw_numbers(count: int, rng: random.Random, seen: set) -> List[int]:
   return chosen
 
 
+def _lexicon(size: int, rng: random.Random) -> List[int]:
+  """The lexicon's numbers for a train split of `size` pairs: each once
+  (as many as fit), then all of them repeated until they fill about
+  LEXICON_SHARE of it, as a dictionary drilled beside the text."""
+  lexicon = list(range(LEXICON))
+  rng.shuffle(lexicon)
+  repeats = max(1, round(size * LEXICON_SHARE / LEXICON))
+  return (lexicon * repeats)[:size]
+
+
 def generate(sizes: Dict[str, int] = None, seed: int = 0,
              source_language: str = "en",
              target_language: str = "de") -> Dict[str, List[tuple]]:
@@ -47,7 +62,7 @@ def generate(sizes: Dict[str, int] = None, seed: int = 0,
 
   The numbers below 100 are the task's lexicon (section 5.1's vocabulary of
   this language pair): all of them go to train, in front, as a dictionary
-  would; dev and test hold numbers from 100 up that train never sees, so
+  would, repeated to fill LEXICON_SHARE of it; dev and test hold numbers from 100 up that train never sees, so
   they measure how the model composes, not what it memorised."""
   sizes = dict(DEFAULT_SIZES if sizes is None else sizes)
   rng = random.Random(seed)
@@ -56,9 +71,7 @@ def generate(sizes: Dict[str, int] = None, seed: int = 0,
   # Test and dev first, so the train size can change without moving them.
   for split in sorted(sizes, key=lambda s: (s == "train", s)):
     if split == "train":
-      lexicon = list(range(LEXICON))
-      rng.shuffle(lexicon)
-      chunk = lexicon[:sizes[split]]
+      chunk = _lexicon(sizes[split], rng)
       chunk += _draw_numbers(sizes[split] - len(chunk), rng, seen)
     else:
       chunk = _draw_numbers(sizes[split], rng, seen)
