@@ -51,6 +51,9 @@ def choose(candidates: Sequence[Candidate], metric: str):
   # max() keeps the first of equal values: a tie keeps the average.
   leader = max(candidates, key=lambda c: sign * c.dev[key])
   highest = f"the {'highest' if higher_is_better else 'lowest'} dev {name}"
+  if leader is average and any(c.dev[key] == average.dev[key]
+                               for c in candidates[1:]):
+    return leader, f"{highest}, tied: a tie keeps section 6.1's average"
   if leader is average or metric == "loss":
     return leader, highest
   lead = leader.dev[key] - average.dev[key]

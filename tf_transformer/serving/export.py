@@ -30,6 +30,7 @@ elsewhere TensorFlow emulates them, slower than float32, and
 CPU has them.
 """
 
+import logging as python_logging
 import os
 
 import tensorflow as tf
@@ -74,6 +75,17 @@ def float32_note(cpuinfo=cpu.CPUINFO):
           "bin/benchmark.py --sections=serving; docs/serving.md#bfloat16)")
 
 
+class _CaptureRenames(python_logging.Filter):
+  """Drops TensorFlow's INFO line, thousands of characters long, that a
+  signature function's inputs `input_1`, `input_2`, ... will be renamed
+  `cond_input_1`, ...: they are the tensors its `tf.cond` branches capture,
+  not the signature's inputs, which keep their names (`text`, ...)."""
+
+  def filter(self, record):
+    return "with unsupported characters which will be renamed" not in (
+        record.getMessage())
+
+
 def export(module: TranslationModule, export_dir: str) -> str:
   """Writes the next version of `export_dir`; returns its path."""
   path = next_version_dir(export_dir)
@@ -83,6 +95,8 @@ def export(module: TranslationModule, export_dir: str) -> str:
   # vanish. Keep the caller's level.
   absl_logger = logging.get_absl_logger()
   level = absl_logger.level
+  renames = _CaptureRenames()
+  absl_logger.addFilter(renames)
   try:
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve, "nbest": module.nbest,
@@ -92,4 +106,5 @@ def export(module: TranslationModule, export_dir: str) -> str:
         "translate_with_prefix": module.translate_with_prefix})
   finally:
     absl_logger.setLevel(level)
+    absl_logger.removeFilter(renames)
   return path
