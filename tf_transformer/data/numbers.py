@@ -62,8 +62,9 @@ def generate(sizes: Dict[str, int] = None, seed: int = 0,
 
   The numbers below 100 are the task's lexicon (section 5.1's vocabulary of
   this language pair): all of them go to train, in front, as a dictionary
-  would, repeated to fill LEXICON_SHARE of it; dev and test hold numbers from 100 up that train never sees, so
-  they measure how the model composes, not what it memorised."""
+  would, repeated to fill LEXICON_SHARE of it; dev and test hold numbers
+  from 100 up that train never sees, so they measure how the model
+  composes, not what it memorised."""
   sizes = dict(DEFAULT_SIZES if sizes is None else sizes)
   rng = random.Random(seed)
   seen = set(range(LEXICON))
