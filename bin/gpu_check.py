@@ -64,7 +64,8 @@ flags.DEFINE_string("profile_dir", None, "If given, trace --profile_steps "
                     "the layer it came from.")
 flags.DEFINE_integer("profile_steps", 5, "Steps traced a row.")
 flags.DEFINE_list("rows", [], "PRESET:POLICY[:LEVER] rows to run instead "
-                  "of --presets, --policies and --levers.")
+                  "of --presets, --policies and --levers; levers combine "
+                  "with '+' (base:mixed_bfloat16:no_dropout+batch_2x).")
 flags.DEFINE_string("one", None, "Internal: train PRESET:POLICY and print "
                     "its figures as JSON.")
 flags.DEFINE_integer("timeout", 300, "Seconds a preset and policy may take.")
@@ -98,15 +99,29 @@ def _row_flag(name, lever_values):
   return value if lever is None else lever(value)
 
 
+def _lever_settings(lever):
+  """(flag values, environment) of a lever, or of levers joined by '+':
+  their hparams joined, other flags and variables merged."""
+  flag_values, env = {}, {}
+  for name in lever.split("+") if lever else ():
+    values, variables = LEVERS[name]
+    for flag, value in values.items():
+      if flag == "hparams" and flag in flag_values:
+        value = f"{flag_values[flag]},{value}"
+      flag_values[flag] = value
+    env.update(variables)
+  return flag_values, env
+
+
 def _in_own_process(preset, policy, lever=None):
   """One preset and policy (and lever) in a child process: its figures, or
   an error."""
-  flag_values, env = LEVERS[lever] if lever else ({}, {})
+  flag_values, env = _lever_settings(lever)
   args = [sys.executable, os.path.abspath(__file__), f"--one={preset}:{policy}"]
   for name in ROW_FLAGS:
     args.append(f"--{name}={_row_flag(name, flag_values)}")
   if FLAGS.profile_dir:
-    label = "_".join(filter(None, (preset, policy, lever)))
+    label = "_".join(filter(None, (preset, policy, lever))).replace("+", "-")
     args.append(f"--profile_dir={os.path.join(FLAGS.profile_dir, label)}")
   # JAX takes 75% of the GPU's memory by default; a process of its own
   # may take nearly all of it.
@@ -144,9 +159,10 @@ def main(argv):
   if FLAGS.rows:
     runs = [tuple(row.split(":") + [None])[:3] for row in FLAGS.rows]
   for _, _, lever in runs:
-    if lever is not None and lever not in LEVERS:
-      raise app.UsageError(f"lever {lever!r}: expected one of "
-                           f"{sorted(LEVERS)}")
+    for name in lever.split("+") if lever else ():
+      if name not in LEVERS:
+        raise app.UsageError(f"lever {name!r}: expected one of "
+                             f"{sorted(LEVERS)}, or several joined by '+'")
   rows = []
   for run in runs:
     rows.append(_in_own_process(*run))

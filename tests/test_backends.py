@@ -155,7 +155,7 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   done = _under_jax(
       os.path.join(REPO, "bin", "gpu_check.py"),
       "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout,"
-      "tiny:float32:batch_2x,tiny:float32:fused_attention",
+      "tiny:float32:batch_2x+no_dropout,tiny:float32:fused_attention",
       "--vocab_size=1000", "--batch_tokens=256", "--sequence_length=16",
       "--max_steps=3", "--seconds=1", f"--reference={reference}",
       f"--output_dir={output}", f"--profile_dir={tmp_path / 'traces'}",
@@ -163,9 +163,11 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   figures = json.loads((output / "gpu_check.json").read_text())
   rows = figures["training"]
-  assert [(r["policy"], r["lever"]) for r in rows] == [
-      ("float32", None), ("mixed_bfloat16", "no_dropout"),
-      ("float32", "batch_2x"), ("float32", "fused_attention")], rows
+  assert [(r["policy"], r["lever"], r["hparams"]) for r in rows] == [
+      ("float32", None, ""), ("mixed_bfloat16", "no_dropout",
+                               "dropout_rate=0.0"),
+      ("float32", "batch_2x+no_dropout", "dropout_rate=0.0"),
+      ("float32", "fused_attention", "")], rows
   for row in rows:
     assert "error" not in row, row
     assert row["compilations"] == 1 and row["steps"] == 3, row
@@ -176,7 +178,8 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
       2 * 2 * 16 * 16, 2 * 16 * 16]
   assert [r["fused_attention"] for r in rows] == [False] * 3 + [True]
   assert rows[-1]["cudnn_attention_calls"] == 0  # XLA's on a CPU
-  for label in ("tiny_float32", "tiny_float32_fused_attention"):
+  for label in ("tiny_float32", "tiny_float32_fused_attention",
+                "tiny_float32_batch_2x-no_dropout"):
     assert device_trace.trace_file(str(tmp_path / "traces" / label))
     with gzip.open(tmp_path / "traces" / label / gpu_check.HLO_FILE,
                    "rt") as f:
@@ -195,11 +198,14 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
 
 def test_a_trace_summary_totals_each_device_thread_per_step(tmp_path):
   """`device_trace.summarize` on a hand-written trace (two steps): device
-  threads only, by name, busiest first, per step; host events left out."""
+  threads only, by name, busiest first, per step; host events left out;
+  each thread's time by part of the model, a cuBLAS kernel placed by its
+  "hlo_op" argument, a fusion's by its name."""
   meta = lambda pid, tid, kind, name: {"ph": "M", "pid": pid, "tid": tid,
                                        "name": kind, "args": {"name": name}}
-  event = lambda pid, tid, name, dur: {"ph": "X", "pid": pid, "tid": tid,
-                                       "name": name, "ts": 0, "dur": dur}
+  event = lambda pid, tid, name, dur, **args: {
+      "ph": "X", "pid": pid, "tid": tid, "name": name, "ts": 0, "dur": dur,
+      **({"args": args} if args else {})}
   trace = {"traceEvents": [
       meta(1, 0, "process_name", "/host:CPU"),
       meta(2, 0, "process_name", "/device:GPU:0"),
@@ -208,6 +214,7 @@ def test_a_trace_summary_totals_each_device_thread_per_step(tmp_path):
       event(1, 5, "PjitFunction(step)", 9000.0),
       event(2, 7, "nvjet_gemm", 3000.0), event(2, 7, "nvjet_gemm", 3000.0),
       event(2, 7, "loop_add_fusion_2", 1000.0),
+      event(2, 7, "sm90_xmma_gemm_bf16", 400.0, hlo_op="dot.3"),
       event(2, 8, "dot.3", 5000.0)]}
   path = tmp_path / "perfetto_trace.json.gz"
   with gzip.open(path, "wt") as f:
@@ -228,18 +235,53 @@ def test_a_trace_summary_totals_each_device_thread_per_step(tmp_path):
   assert [t["thread"] for t in threads] == ["Stream #13(Compute)", "XLA Ops"]
   stream = threads[0]
   assert stream["process"] == "/device:GPU:0"
-  assert stream["ms_per_step"] == 3.5 and stream["events_per_step"] == 1.5
+  assert stream["ms_per_step"] == 3.7 and stream["events_per_step"] == 2
   assert stream["top"][0] == {"name": "nvjet_gemm", "ms_per_step": 3.0,
-                              "share": 6 / 7, "calls_per_step": 1.0,
+                              "share": 6000 / 7400, "calls_per_step": 1.0,
                               "hlo": None}
   assert stream["top"][1]["hlo"] == (
       "bf16[4,8] fusion, kLoop <- jvp(decoder)/layer_0/add")
-  assert threads[1]["top"][0]["hlo"] == (
+  assert stream["top"][2]["hlo"] == threads[1]["top"][0]["hlo"] == (
       "(f32[4,8], s8[0]) custom-call <- transpose(jvp(logits))/dot_general")
+  assert [(p["part"], round(p["ms_per_step"], 6)) for p in stream["parts"]] == [
+      ("cuBLAS matmuls, layer not traced (in a CUDA graph)", 3.0),
+      ("encoder/decoder, other", 0.5),
+      ("logits, loss and the rest (matmul)", 0.2)]
+  assert threads[1]["parts"] == [{
+      "part": "logits, loss and the rest (matmul)", "ms_per_step": 2.5,
+      "share": 1.0}]
   assert device_trace.trace_file(str(tmp_path)) == str(path)
   table = "\n".join(device_trace.markdown("base", summary))
-  assert "| `nvjet_gemm` | 3.000 | 85.7% | 1 | - |" in table
-  assert "| `loop_add_fusion_2` | 0.500 | 14.3% | 0 | bf16[4,8] fusion" in table
+  assert "| `nvjet_gemm` | 3.000 | 81.1% | 1 | - |" in table
+  assert "| `loop_add_fusion_2` | 0.500 | 13.5% | 0 | bf16[4,8] fusion" in table
+  assert "| encoder/decoder, other | 0.500 | 13.5% |" in table
+
+
+@pytest.mark.parametrize("op_name, is_matmul, part", [
+    ("jvp(decoder)/layer_1/self_attention_residual/dropout_10/"
+     "jit(_bernoulli)/jit(_uniform)/threefry2x32", False,
+     "dropout: random bits"),
+    ("transpose(jvp(encoder))/layer_0/feed_forward_residual/layer_norm/"
+     "jit(_var)/reduce_sum", False, "layer norm"),
+    ("jvp(decoder)/layer_0/cross_attention_residual/dropout_16/mul", False,
+     "dropout"),
+    ("jvp(encoder)/layer_2/self_attention_residual/add", False,
+     "residual add"),
+    ("transpose(jvp(decoder))/layer_3/cross_attention/key/dot_general", True,
+     "attention projections (matmul)"),
+    ("jvp(encoder)/layer_0/self_attention/attention/softmax", False,
+     "attention core"),
+    ("jvp(decoder)/layer_5/feed_forward/dense_1/dot_general", True,
+     "feed-forward (matmul)"),
+    ("jvp(shared_embedding)/jit(_take)/add", False, "embeddings"),
+    ("jvp(decoder)/and", False, "encoder/decoder, other"),
+    ("adam/sqrt", False, "Adam"),
+    ("transpose(jvp())/dot_general", True,
+     "logits, loss and the rest (matmul)"),
+    (None, False, "unattributed")])
+def test_each_op_is_placed_in_a_part_of_the_model(op_name, is_matmul, part):
+  """`device_trace.part_of` by the Keras layer scopes in an op's name."""
+  assert device_trace.part_of(op_name, is_matmul) == part
 
 
 def test_the_closed_form_loss_gradient_equals_autodiff_under_jax():

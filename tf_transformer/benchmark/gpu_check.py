@@ -149,7 +149,8 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   peak, peak_name = peak_tflops(device.device_kind, policy)
   memory = device.memory_stats() or {}
   return {
-      "preset": preset, "policy": policy, "device": device.device_kind,
+      "preset": preset, "policy": policy, "hparams": hparams,
+      "device": device.device_kind,
       "platform": device.platform, "parameters": cost.parameter_count(
           config.model), "sentence_pairs": pairs,
       "tokens_per_step": 2 * pairs * length, "steps": steps,
