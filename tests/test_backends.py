@@ -144,6 +144,52 @@ def test_weights_trained_on_tensorflow_give_the_same_logits(
     assert check["max_abs_diff"] <= 1e-5, (backend, check)
 
 
+_REPEATED_TOKEN_GRADIENT = """
+import json
+import keras
+import numpy as np
+from tf_transformer import layers
+
+layer = layers.SharedEmbedding(4, 8, scale=False, dtype="mixed_bfloat16")
+layer.build()
+ids = np.zeros((4096,), "int32")  # one token, 4096 times
+backend = keras.backend.backend()
+if backend == "jax":
+  import jax, jax.numpy as jnp
+  def total(table):
+    out, _ = layer.stateless_call([table], [], ids)
+    return jnp.sum(out.astype("float32"))
+  grad = jax.grad(total)(layer.embeddings.value)
+elif backend == "torch":
+  import torch
+  layer(torch.as_tensor(ids)).float().sum().backward()
+  grad = layer.embeddings.value.grad
+else:
+  import tensorflow as tf
+  with tf.GradientTape() as tape:
+    total = tf.reduce_sum(tf.cast(layer(ids), "float32"))
+  grad = tf.convert_to_tensor(tape.gradient(total, layer.embeddings.value))
+print(json.dumps({
+    "output": keras.backend.standardize_dtype(layer(ids[:2]).dtype),
+    "grad": keras.backend.standardize_dtype(grad.dtype),
+    "row": keras.ops.convert_to_numpy(grad)[0].tolist(),
+    "others": float(np.abs(keras.ops.convert_to_numpy(grad)[1:]).max())}))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["tensorflow"])
+def test_a_repeated_tokens_embedding_gradient_sums_in_float32(backend):
+  """Under mixed_bfloat16 the lookup is bfloat16 but the table's gradient
+  sums in float32: 4096 lookups of one token give 4096 (a sum in bfloat16
+  stops at 256, where adding 1 no longer changes it; JAX and PyTorch did
+  that while the rows were gathered from a bfloat16 copy of the table)."""
+  done = _under(backend, "-c", _REPEATED_TOKEN_GRADIENT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  found = json.loads(done.stdout.strip().splitlines()[-1])
+  assert found == {"output": "bfloat16", "grad": "float32",
+                   "row": [4096.0] * 8, "others": 0.0}, (backend, found)
+
+
 def test_gpu_check_runs_on_the_cpu(tmp_path):
   """bin/gpu_check.py, as the GPU runs it, on the tiny preset: every row
   trains with one compilation, each lever row is labelled and changes what

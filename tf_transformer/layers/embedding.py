@@ -35,19 +35,28 @@ class SharedEmbedding(PolicyLayer):
 
   def build(self, ids_shape=None):
     # N(0, d_model^-0.5): after the sqrt(d_model) scaling, lookups have unit
-    # variance, like the positional encodings they are added to.
+    # variance, like the positional encodings they are added to. Read in
+    # its own dtype (no autocast): `call` and `logits` cast what they use.
     self.embeddings = self.add_weight(
         name="embeddings", shape=(self.vocab_size, self.d_model),
-        initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5))
+        initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
+        autocast=False)
 
   def call(self, ids):
     """Args:
       ids: int token ids, any shape.
     Returns:
-      [..., d_model] embeddings, times sqrt(d_model) with `scale`.
+      [..., d_model] embeddings in the compute dtype, times sqrt(d_model)
+      with `scale`.
+
+    The rows are gathered from the table in its variable dtype and then
+    cast, rather than gathered from a cast table: the same values, but the
+    gradient's scatter-add into the table runs in the variable dtype. A
+    scatter-add into a bfloat16 copy rounds each repeated token's sum to 8
+    bits and, compiled for a GPU, serializes on 16-bit atomic adds.
     """
-    x = keras.ops.take(keras.ops.cast(self.embeddings, self.compute_dtype),
-                       ids, axis=0)
+    x = keras.ops.cast(keras.ops.take(self.embeddings, ids, axis=0),
+                       self.compute_dtype)
     return x * self.multiplier if self.scale else x
 
   def logits(self, x):
