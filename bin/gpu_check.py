@@ -51,9 +51,13 @@ flags.DEFINE_string("output_dir", ".", "Where gpu_check.json and "
 flags.DEFINE_list("levers", [], "Extra rows of the first preset under "
                   "mixed_bfloat16, each one lever changed: no_dropout "
                   "(dropout_rate=0: what dropout's random bits cost), "
-                  "batch_2x (twice --batch_tokens), fused_attention "
+                  "batch_2x (twice --batch_tokens), no_ffn_padding "
+                  "(the feed-forward's inner layer unpadded: its padding "
+                  "is for CPU caches), fused_attention "
                   "(keras.ops.dot_product_attention: cuDNN's fused kernel "
                   "under JAX).")
+flags.DEFINE_bool("ffn_padding", True, "Feed-forward inner layers padded "
+                  "off cache-aliasing widths (`pad_inner`).")
 flags.DEFINE_bool("fused_attention", False, "Attention cores by "
                   "keras.ops.dot_product_attention.")
 flags.DEFINE_string("profile_dir", None, "If given, trace --profile_steps "
@@ -76,7 +80,8 @@ def _one(preset, policy):
   figures = gpu_check.measure_training(
       preset, policy, FLAGS.batch_tokens, FLAGS.sequence_length,
       FLAGS.vocab_size, FLAGS.max_steps, FLAGS.seconds, FLAGS.hparams,
-      FLAGS.fused_attention, FLAGS.profile_dir, FLAGS.profile_steps)
+      FLAGS.fused_attention, FLAGS.profile_dir, FLAGS.profile_steps,
+      FLAGS.ffn_padding)
   print("FIGURES " + json.dumps(figures))
 
 
@@ -85,9 +90,11 @@ def _one(preset, policy):
 # lever: Keras' seed generator makes threefry keys.)
 LEVERS = {"no_dropout": ({"hparams": "dropout_rate=0.0"}, {}),
           "batch_2x": ({"batch_tokens": lambda tokens: 2 * tokens}, {}),
-          "fused_attention": ({"fused_attention": lambda _: True}, {})}
+          "fused_attention": ({"fused_attention": lambda _: True}, {}),
+          "no_ffn_padding": ({"ffn_padding": lambda _: False}, {})}
 ROW_FLAGS = ("hparams", "vocab_size", "batch_tokens", "sequence_length",
-             "max_steps", "seconds", "fused_attention", "profile_steps")
+             "max_steps", "seconds", "fused_attention", "ffn_padding",
+             "profile_steps")
 
 
 def _row_flag(name, lever_values):

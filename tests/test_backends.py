@@ -200,7 +200,7 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   gpu_check.write_reference(str(reference))
   done = _under_jax(
       os.path.join(REPO, "bin", "gpu_check.py"),
-      "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout,"
+      "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout+no_ffn_padding,"
       "tiny:float32:batch_2x+no_dropout,tiny:float32:fused_attention",
       "--vocab_size=1000", "--batch_tokens=256", "--sequence_length=16",
       "--max_steps=3", "--seconds=1", f"--reference={reference}",
@@ -210,7 +210,7 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   figures = json.loads((output / "gpu_check.json").read_text())
   rows = figures["training"]
   assert [(r["policy"], r["lever"], r["hparams"]) for r in rows] == [
-      ("float32", None, ""), ("mixed_bfloat16", "no_dropout",
+      ("float32", None, ""), ("mixed_bfloat16", "no_dropout+no_ffn_padding",
                                "dropout_rate=0.0"),
       ("float32", "batch_2x+no_dropout", "dropout_rate=0.0"),
       ("float32", "fused_attention", "")], rows
@@ -223,9 +223,11 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   assert [r["tokens_per_step"] for r in rows] == [2 * 16 * 16] * 2 + [
       2 * 2 * 16 * 16, 2 * 16 * 16]
   assert [r["fused_attention"] for r in rows] == [False] * 3 + [True]
+  assert [r["ffn_padding"] for r in rows] == [True, False, True, True]
   assert rows[-1]["cudnn_attention_calls"] == 0  # XLA's on a CPU
   for label in ("tiny_float32", "tiny_float32_fused_attention",
-                "tiny_float32_batch_2x-no_dropout"):
+                "tiny_float32_batch_2x-no_dropout",
+                "tiny_mixed_bfloat16_no_dropout-no_ffn_padding"):
     assert device_trace.trace_file(str(tmp_path / "traces" / label))
     with gzip.open(tmp_path / "traces" / label / gpu_check.HLO_FILE,
                    "rt") as f:
@@ -234,6 +236,11 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
     assert len(instructions) > 100
     assert any("decoder" in i and "self_attention" in i
                for i in instructions.values())
+    # tiny's d_ff=256 is padded to 272 float32s (1024 bytes a row), but
+    # not under the lever.
+    padded = any(re.search(r"[\[,]272\]", i) for i in instructions.values())
+    assert padded == (label != "tiny_mixed_bfloat16_no_dropout-no_ffn_padding"
+                      ), label
   assert figures["logits"]["max_abs_diff"] <= 1e-5, figures["logits"]
   table = (output / "gpu_check.md").read_text()
   assert table.count("| tiny |") == 4 and "no_dropout" in table

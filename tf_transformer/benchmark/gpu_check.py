@@ -76,7 +76,7 @@ def _train_step(model, optimizer, label_smoothing):
 def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
                      vocab_size=37000, max_steps=200, seconds=40.0,
                      hparams="", fused_attention=False, profile_dir=None,
-                     profile_steps=5):
+                     profile_steps=5, ffn_padding=True):
   """Trains one preset under one dtype policy on synthetic batches.
 
   Args:
@@ -90,6 +90,7 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
     fused_attention: every attention core by
       `keras.ops.dot_product_attention` (`MultiHeadAttention`'s
       `fused_attention`).
+    ffn_padding: every feed-forward's `pad_inner`.
     profile_dir: if given, `profile_steps` more steps are traced there by
       `jax.profiler` after the timed ones, and summarized
       (`device_trace.summarize`, kernels named by the compiled HLO, also
@@ -106,6 +107,8 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   for layer in model._flatten_layers():  # pylint: disable=protected-access
     if isinstance(layer, layers.MultiHeadAttention):
       layer.fused_attention = fused_attention
+    if isinstance(layer, layers.PositionwiseFeedForward):
+      layer.pad_inner = ffn_padding
   optimizer = optimizer_lib.create_optimizer(config)
   optimizer.build(model.trainable_variables)
   state = ([v.value for v in model.trainable_variables],
@@ -168,7 +171,7 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
       "memory_limit_gib": (memory["bytes_limit"] / 2**30
                            if "bytes_limit" in memory else None),
       "final_loss": float(loss),
-      "fused_attention": fused_attention,
+      "fused_attention": fused_attention, "ffn_padding": ffn_padding,
       "cudnn_attention_calls": fused_calls,
       "profile": profile,
   }

@@ -74,12 +74,15 @@ class PositionwiseFeedForward(PolicyLayer):
   Args:
     d_ff: the inner layer's width; the output has the input's d_model.
     activation: "relu" (eq. 2), "swish" or "gelu" (`activate`).
+    pad_inner: pad the inner layer by `inner_padding` (a CPU cache
+      effect); False: multiply by W_1 and W_2 as they are.
   """
 
-  def __init__(self, d_ff, activation="relu", **kwargs):
+  def __init__(self, d_ff, activation="relu", pad_inner=True, **kwargs):
     super().__init__(**kwargs)
     self.d_ff = d_ff
     self.activation = activation
+    self.pad_inner = pad_inner
     self.inner = keras.layers.Dense(d_ff, activation=activation, name="inner",
                                     dtype=self.dtype_policy)
     self.outer = None
@@ -100,7 +103,8 @@ class PositionwiseFeedForward(PolicyLayer):
     cast = lambda w: keras.ops.cast(w, dtype)
     w1, b1, w2 = padded_weights(
         cast(self.inner.kernel), cast(self.inner.bias),
-        cast(self.outer.kernel), inner_padding(self.d_ff, dtype))
+        cast(self.outer.kernel),
+        inner_padding(self.d_ff, dtype) if self.pad_inner else 0)
     # keras.ops.matmul as `Dense` calls it: under TensorFlow a rank-3 x
     # becomes one 2-D MatMul (tf.matmul would broadcast a BatchMatMulV2).
     inner = activate(keras.ops.matmul(x, w1) + b1, self.activation)
@@ -114,4 +118,4 @@ class PositionwiseFeedForward(PolicyLayer):
 
   def get_config(self):
     return {**super().get_config(), "d_ff": self.d_ff,
-            "activation": self.activation}
+            "activation": self.activation, "pad_inner": self.pad_inner}
