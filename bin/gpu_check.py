@@ -108,9 +108,13 @@ def _row_flag(name, lever_values):
 
 def _lever_settings(lever):
   """(flag values, environment) of a lever, or of levers joined by '+':
-  their hparams joined, other flags and variables merged."""
+  their hparams joined, other flags and variables merged. An unknown
+  lever is a UsageError."""
   flag_values, env = {}, {}
   for name in lever.split("+") if lever else ():
+    if name not in LEVERS:
+      raise app.UsageError(f"lever {name!r}: expected one of "
+                           f"{sorted(LEVERS)}, or several joined by '+'")
     values, variables = LEVERS[name]
     for flag, value in values.items():
       if flag == "hparams" and flag in flag_values:
@@ -165,11 +169,8 @@ def main(argv):
            for lever in FLAGS.levers]
   if FLAGS.rows:
     runs = [tuple(row.split(":") + [None])[:3] for row in FLAGS.rows]
-  for _, _, lever in runs:
-    for name in lever.split("+") if lever else ():
-      if name not in LEVERS:
-        raise app.UsageError(f"lever {name!r}: expected one of "
-                             f"{sorted(LEVERS)}, or several joined by '+'")
+  for _, _, lever in runs:  # every row's levers known before any runs
+    _lever_settings(lever)
   rows = []
   for run in runs:
     rows.append(_in_own_process(*run))

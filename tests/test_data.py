@@ -32,7 +32,8 @@ def test_numbers_is_deterministic_and_splits_are_disjoint(corpus):
   assert numbers.generate(SIZES, seed=8) != corpus
   assert {k: len(v) for k, v in corpus.items()} == SIZES
   train, dev, test = (set(corpus[s]) for s in ("train", "dev", "test"))
-  # Distinct but for the lexicon's repeats (the next test).
+  # Distinct but for the lexicon's repeats: 3,000 pairs hold it twice
+  # (the next test), so 100 of them repeat.
   assert len(train) == SIZES["train"] - numbers.LEXICON
   assert not train & dev and not train & test and not dev & test
   # Growing the training set leaves dev and test where they were.

@@ -64,9 +64,14 @@ def _key(name):
   return re.sub(r"[.\-]", "_", name)
 
 
+# An HLO instruction: its shape, opcode, fusion kind (or None), op_name
+# without its "jit(...)/" prefix (or None), and whether it is a matmul.
+_Instruction = collections.namedtuple(
+    "_Instruction", "shape opcode kind op_name is_matmul")
+
+
 def _parse_hlo(text):
-  """{key: (shape, opcode, kind or None, op_name or None, is_matmul)} of
-  HLO text's instructions, op_name without its "jit(...)/" prefix."""
+  """{key: _Instruction} of HLO text's instructions."""
   found = {}
   for line in text.splitlines():
     # XLA numbers a long tuple's elements in comments: /*index=5*/.
@@ -85,10 +90,10 @@ def _parse_hlo(text):
                  re.search(r'custom_call_target="[^"]*(gemm|matmul|fmha)|'
                            r'"kind":"__(triton\w*gemm|cublas)', line)
                  is not None)
-    found[_key(name)] = (
+    found[_key(name)] = _Instruction(
         shape, opcode, kind.group(1) if kind else None,
         re.sub(r"^jit[(][^)]*[)]/", "", op_name.group(1)) if op_name else None,
-        bool(is_matmul))
+        is_matmul)
   return found
 
 
@@ -101,10 +106,15 @@ def hlo_instructions(text):
     {key: "shape opcode[, kind] <- op_name"}, op_name without its
     "jit(...)/" prefix.
   """
-  return {key: " ".join([shape, opcode + (f", {kind}" if kind else "")] +
-                        ([f"<- {op_name}"] if op_name else []))
-          for key, (shape, opcode, kind, op_name, _) in
-          _parse_hlo(text).items()}
+  return {key: _described(instruction)
+          for key, instruction in _parse_hlo(text).items()}
+
+
+def _described(instruction):
+  """"shape opcode[, kind] <- op_name" of an `_Instruction`."""
+  kind = f", {instruction.kind}" if instruction.kind else ""
+  return " ".join([instruction.shape, instruction.opcode + kind] + (
+      [f"<- {instruction.op_name}"] if instruction.op_name else []))
 
 
 # (part, substrings of an op_name that place an op in it), first match
@@ -173,7 +183,6 @@ def summarize(path, steps, top=40, hlo_text=None):
     device process (a CPU run).
   """
   parsed = _parse_hlo(hlo_text) if hlo_text else {}
-  instructions = hlo_instructions(hlo_text) if hlo_text else {}
   opener = gzip.open if path.endswith(".gz") else open
   with opener(path, "rt") as f:
     trace = json.load(f)
@@ -203,7 +212,7 @@ def summarize(path, steps, top=40, hlo_text=None):
         key = _key((e.get("args") or {}).get("hlo_op") or e["name"])
       keys.setdefault(e["name"], key)
       found = parsed.get(key)
-      parts[thread][part_of(found[3], found[4]) if found else
+      parts[thread][part_of(found.op_name, found.is_matmul) if found else
                     _CUBLAS_PART if _CUBLAS_KERNEL.match(e["name"]) else
                     "unattributed"] += us
   summary = []
@@ -218,7 +227,8 @@ def summarize(path, steps, top=40, hlo_text=None):
         "top": [{"name": name, "ms_per_step": us / 1000 / steps,
                  "share": us / busy if busy else 0.0,
                  "calls_per_step": n / steps,
-                 "hlo": instructions.get(keys[name])}
+                 "hlo": (_described(parsed[keys[name]])
+                         if keys[name] in parsed else None)}
                 for name, (us, n) in ranked],
         "parts": [{"part": part, "ms_per_step": us / 1000 / steps,
                    "share": us / busy if busy else 0.0}
