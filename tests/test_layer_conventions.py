@@ -21,6 +21,7 @@ runs this file under JAX and PyTorch too.
 """
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -263,34 +264,16 @@ def test_own_dtype_policy(name, policy):
         keras.ops.cast(tensor, "float32"))))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_fused_attention_gives_eq_1s_output(causal):
-  """`fused_attention=True` (`keras.ops.dot_product_attention`) gives the
-  same output as eq. 1 written out, under key padding and a causal mask,
-  eagerly and jit-compiled; where the weights are asked for, or dropped
-  out, the layer still computes them."""
-  x = _floats(BATCH, LENGTH, D_MODEL)
-  memory = _floats(BATCH, MEMORY_LENGTH, D_MODEL, seed=1)
-  if causal:
-    value = None
-    mask = np.tril(np.ones((LENGTH, LENGTH), bool))[None, None]
-  else:
-    value = memory
-    mask = _padding(MEMORY_LENGTH)[:, np.newaxis, np.newaxis, :]
-  mha = layers.MultiHeadAttention(num_heads=2, d_k=4)
-  written_out = keras.ops.convert_to_numpy(
-      mha(x, value, attention_mask=mask))
-  mha.fused_attention = True
-  assert mha.get_config()["fused_attention"] is True
-  inputs = {"query": x, "value": value, "attention_mask": mask}
-  for fused in (_call(mha, inputs), _compiled_call(mha, inputs)):
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(fused),
-                               written_out, atol=1e-5)
-  output, weights = mha(x, value, attention_mask=mask,
-                        return_attention_scores=True)
-  assert weights.shape == (BATCH, 2, LENGTH, LENGTH if causal
-                           else MEMORY_LENGTH)
-  np.testing.assert_allclose(keras.ops.convert_to_numpy(output), written_out,
-                             atol=1e-5)
-  restored = layers.MultiHeadAttention.from_config(mha.get_config())
-  assert restored.fused_attention
+def test_a_keras_file_saved_by_release_0_1_loads_and_computes_the_same():
+  """tests/data/layers_v0_1.keras was saved by release 0.1.0, whose
+  `MultiHeadAttention` and `PositionwiseFeedForward` configs held the
+  experiment switches `fused_attention` and `pad_inner`: it loads, and gives
+  the outputs it gave then (layers_v0_1.npz) to float32 rounding."""
+  data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+  model = keras.saving.load_model(os.path.join(data, "layers_v0_1.keras"))
+  saved = np.load(os.path.join(data, "layers_v0_1.npz"))
+  np.testing.assert_allclose(keras.ops.convert_to_numpy(
+      model(saved["inputs"])), saved["outputs"], atol=1e-5)
+  for layer in model.layers:
+    assert not {"fused", "fused_attention", "pad_inner"} & set(
+        layer.get_config()), layer.name

@@ -15,6 +15,7 @@ import keras
 from tf_transformer.layers import compiled
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
+from tf_transformer.layers import retired
 from tf_transformer.layers.policy import PolicyLayer
 
 
@@ -49,22 +50,6 @@ def attention_weights(query, key, mask=None):
   return masks.masked_softmax(scores, mask)
 
 
-def fused_attention(query, key, value, mask=None):
-  """Eq. 1 by `keras.ops.dot_product_attention` (which takes [batch, length,
-  heads, depth]); the output of `scaled_dot_product_attention`.
-
-  Args:
-    query, key, value, mask: as `scaled_dot_product_attention`'s.
-  Returns:
-    output [batch, heads, query_length, d_v].
-  """
-  heads_second = lambda x: keras.ops.swapaxes(x, 1, 2)
-  output = keras.ops.dot_product_attention(
-      heads_second(query), heads_second(key), heads_second(value),
-      mask=mask, scale=1.0 / math.sqrt(query.shape[-1]))
-  return heads_second(output)
-
-
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class ScaledDotProductAttention(PolicyLayer):
   """Eq. 1 as a layer, with optional dropout on the attention weights.
@@ -72,18 +57,12 @@ class ScaledDotProductAttention(PolicyLayer):
   Args:
     dropout_rate: dropout on the weights; the paper has none (0.0).
     xla_attention: whether the core runs compiled by XLA (see the module).
-    fused: where no weights are asked for (and none dropped out), compute
-      eq. 1 with `keras.ops.dot_product_attention`, which a backend may run
-      as one fused kernel (cuDNN's under JAX on a GPU); the same values to
-      rounding.
   """
 
-  def __init__(self, dropout_rate=0.0, xla_attention=True, fused=False,
-               **kwargs):
+  def __init__(self, dropout_rate=0.0, xla_attention=True, **kwargs):
     super().__init__(**kwargs)
     self.dropout_rate = dropout_rate
     self.xla_attention = xla_attention
-    self.fused = fused
     self.dropout = keras.layers.Dropout(dropout_rate,
                                         dtype=self.dtype_policy)
 
@@ -96,22 +75,15 @@ class ScaledDotProductAttention(PolicyLayer):
   def _core(self, fn):
     return compiled.xla(fn) if self.xla_attention else fn
 
-  def call(self, query, key, value, attention_mask=None, training=None,
-           return_weights=True):
+  def call(self, query, key, value, attention_mask=None, training=None):
     """Args:
       query, key, value, attention_mask: as `scaled_dot_product_attention`.
       training: whether dropout applies.
-      return_weights: whether the weights are needed; if not, a `fused`
-        layer may skip them.
     Returns:
       (output [batch, heads, query_length, d_v], weights [batch, heads,
-      query_length, key_length], or None where skipped).
+      query_length, key_length]).
     """
-    dropped = training and self.dropout_rate > 0.0
-    if self.fused and not return_weights and not dropped:
-      return self._core(fused_attention)(query, key, value,
-                                         attention_mask), None
-    if dropped:
+    if training and self.dropout_rate > 0.0:
       weights = self._core(attention_weights)(query, key, attention_mask)
       weights = self.dropout(weights, training=training)
       return keras.ops.matmul(weights, value), weights
@@ -120,7 +92,11 @@ class ScaledDotProductAttention(PolicyLayer):
 
   def get_config(self):
     return {**super().get_config(), "dropout_rate": self.dropout_rate,
-            "xla_attention": self.xla_attention, "fused": self.fused}
+            "xla_attention": self.xla_attention}
+
+  @classmethod
+  def from_config(cls, config):
+    return super().from_config(retired.without_retired(config))
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -141,11 +117,10 @@ class MultiHeadAttention(PolicyLayer):
     attention_dropout_rate: dropout on the attention weights (0.0, the
       paper's).
     xla_attention: whether the attention core runs compiled by XLA.
-    fused_attention: the core's `fused` (`ScaledDotProductAttention`).
   """
 
   def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
-               xla_attention=True, fused_attention=False, **kwargs):
+               xla_attention=True, **kwargs):
     super().__init__(**kwargs)
     self.num_heads = num_heads
     self.d_k = d_k
@@ -158,8 +133,8 @@ class MultiHeadAttention(PolicyLayer):
     self.value_dense = dense(num_heads * self.d_v, "value")
     self.output_dense = None  # W^O: needs d_model, known in build()
     self.attention = ScaledDotProductAttention(
-        attention_dropout_rate, xla_attention, fused_attention,
-        name="attention", dtype=self.dtype_policy)
+        attention_dropout_rate, xla_attention, name="attention",
+        dtype=self.dtype_policy)
 
   @property
   def xla_attention(self):
@@ -168,14 +143,6 @@ class MultiHeadAttention(PolicyLayer):
   @xla_attention.setter
   def xla_attention(self, enabled):
     self.attention.xla_attention = enabled
-
-  @property
-  def fused_attention(self):
-    return self.attention.fused
-
-  @fused_attention.setter
-  def fused_attention(self, enabled):
-    self.attention.fused = enabled
 
   def build(self, query_shape, value_shape=None, attention_mask_shape=None,
             key_value_shape=None):
@@ -235,9 +202,8 @@ class MultiHeadAttention(PolicyLayer):
     query_heads = self._split_heads(self.query_dense(query), self.d_k)
     if key_value is None:
       key_value = self.project_key_value(query if value is None else value)
-    heads, weights = self.attention(
-        query_heads, *key_value, attention_mask, training=training,
-        return_weights=return_attention_scores)
+    heads, weights = self.attention(query_heads, *key_value, attention_mask,
+                                    training=training)
     output = self.output_dense(self._merge_heads(heads))
     return (output, weights) if return_attention_scores else output
 
@@ -252,5 +218,8 @@ class MultiHeadAttention(PolicyLayer):
     return {**super().get_config(), "num_heads": self.num_heads,
             "d_k": self.d_k, "d_v": self.d_v,
             "attention_dropout_rate": self.attention_dropout_rate,
-            "xla_attention": self.xla_attention,
-            "fused_attention": self.fused_attention}
+            "xla_attention": self.xla_attention}
+
+  @classmethod
+  def from_config(cls, config):
+    return super().from_config(retired.without_retired(config))

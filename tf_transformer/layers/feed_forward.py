@@ -4,6 +4,7 @@ import keras
 import ml_dtypes
 
 from tf_transformer.layers import named_weights
+from tf_transformer.layers import retired
 from tf_transformer.layers.policy import PolicyLayer
 
 # A matmul whose rows (of the weight, or of the activations it writes) lie a
@@ -74,15 +75,12 @@ class PositionwiseFeedForward(PolicyLayer):
   Args:
     d_ff: the inner layer's width; the output has the input's d_model.
     activation: "relu" (eq. 2), "swish" or "gelu" (`activate`).
-    pad_inner: pad the inner layer by `inner_padding` (a CPU cache
-      effect); False: multiply by W_1 and W_2 as they are.
   """
 
-  def __init__(self, d_ff, activation="relu", pad_inner=True, **kwargs):
+  def __init__(self, d_ff, activation="relu", **kwargs):
     super().__init__(**kwargs)
     self.d_ff = d_ff
     self.activation = activation
-    self.pad_inner = pad_inner
     self.inner = keras.layers.Dense(d_ff, activation=activation, name="inner",
                                     dtype=self.dtype_policy)
     self.outer = None
@@ -103,8 +101,7 @@ class PositionwiseFeedForward(PolicyLayer):
     cast = lambda w: keras.ops.cast(w, dtype)
     w1, b1, w2 = padded_weights(
         cast(self.inner.kernel), cast(self.inner.bias),
-        cast(self.outer.kernel),
-        inner_padding(self.d_ff, dtype) if self.pad_inner else 0)
+        cast(self.outer.kernel), inner_padding(self.d_ff, dtype))
     # keras.ops.matmul as `Dense` calls it: under TensorFlow a rank-3 x
     # becomes one 2-D MatMul (tf.matmul would broadcast a BatchMatMulV2).
     inner = activate(keras.ops.matmul(x, w1) + b1, self.activation)
@@ -118,4 +115,8 @@ class PositionwiseFeedForward(PolicyLayer):
 
   def get_config(self):
     return {**super().get_config(), "d_ff": self.d_ff,
-            "activation": self.activation, "pad_inner": self.pad_inner}
+            "activation": self.activation}
+
+  @classmethod
+  def from_config(cls, config):
+    return super().from_config(retired.without_retired(config))
