@@ -4,16 +4,16 @@ and writes the figures, the machine, the versions and the flags as JSON.
 
   # serving a trained model on real text, beside CTranslate2 (the figures
   # docs/performance.md leads with; docs/recipes.md trains the model):
-  bin/benchmark.py --sections=serving --model_dir=runs/multi30k/averaged \
+  benchmarks/benchmark.py --sections=serving --model_dir=runs/multi30k/averaged \
       --source=runs/multi30k/data/test_2016_flickr.en \
       --reference=runs/multi30k/data/test_2016_flickr.de
-  bin/benchmark.py --config=base --output=benchmark.json
+  benchmarks/benchmark.py --config=base --output=benchmark.json
   # the synthetic decoding micro-benchmark of docs/performance.md:
-  bin/benchmark.py --config=base \
+  benchmarks/benchmark.py --config=base \
       --hparams=num_layers=3,d_model=256,d_ff=1024,num_heads=4 \
       --vocab_size=8000 --sections=decode --decode_sentences=1000
   # the training data path at WMT 2014 En-De's size (docs/data.md):
-  bin/benchmark.py --sections=input --input_pairs=4500000
+  benchmarks/benchmark.py --sections=input --input_pairs=4500000
 
 Sections (--sections):
 - train: seconds per step and source+target tokens/s at --batch_tokens and
@@ -58,7 +58,7 @@ from absl import flags
 from absl import logging
 
 from tf_transformer import command
-from tf_transformer.benchmark import benchmark_flags
+from bench import benchmark_flags
 
 FLAGS = flags.FLAGS
 benchmark_flags.define_flags()
@@ -67,7 +67,7 @@ benchmark_flags.define_flags()
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # the figures, not TF's chatter
-  from tf_transformer.benchmark import report  # pylint: disable=g-import-not-at-top
+  from bench import report  # pylint: disable=g-import-not-at-top
   values = types.SimpleNamespace(**FLAGS.flag_values_dict(),
                                  flags_text=FLAGS.flags_into_string())
   try:
@@ -79,4 +79,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, packages=("tf_transformer.", "bench."))

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 r"""Times SavedModels against each other on the same text, taking turns:
 every pass of every export runs in a fresh process as a server runs it
-(tf_transformer/benchmark/serving_worker.py: only tensorflow and
+(benchmarks/bench/serving_worker.py: only tensorflow and
 tensorflow_text imported), the exports taking turns for --rounds rounds,
 in the given order and then reversed, so that a host's drift reaches all
 of them alike. Made for one model exported
 by two versions of the code (old and new), or with two sets of options.
 
-  bin/compare_exports.py --exports=old=/tmp/old/1,new=/tmp/new/1 \
+  benchmarks/compare_exports.py --exports=old=/tmp/old/1,new=/tmp/new/1 \
       --source=runs/multi30k/data/test_2016_flickr.en
 
 Prints per export the median over rounds of: seconds of a pass over the
@@ -73,7 +73,7 @@ def _row(name, figures, first):
 
 def main(argv):
   del argv
-  from tf_transformer.benchmark import serving_speed  # pylint: disable=g-import-not-at-top
+  from bench import serving_speed  # pylint: disable=g-import-not-at-top
   exports = _exports()
   try:
     sentences = read_lines(FLAGS.source)[:FLAGS.sentences]
@@ -126,4 +126,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, packages=("tf_transformer.", "bench."))

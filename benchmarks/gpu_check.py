@@ -6,9 +6,9 @@ logits for one fixed weights file against the TensorFlow CPU reference.
 Writes gpu_check.json and gpu_check.md to --output_dir.
 
   # here, on the TensorFlow backend: the reference that travels
-  bin/gpu_check.py --write_reference=.gpu_reference
+  benchmarks/gpu_check.py --write_reference=.gpu_reference
   # on the accelerator (no TensorFlow there):
-  KERAS_BACKEND=jax bin/gpu_check.py --reference=.gpu_reference \
+  KERAS_BACKEND=jax benchmarks/gpu_check.py --reference=.gpu_reference \
       --output_dir=$OUT
 
 Each preset and policy trains in a process of its own, so that its peak
@@ -53,13 +53,9 @@ flags.DEFINE_list("levers", [], "Extra rows of the first preset under "
                   "(dropout_rate=0: what dropout's random bits cost), "
                   "batch_2x (twice --batch_tokens), no_ffn_padding "
                   "(the feed-forward's inner layer unpadded: its padding "
-                  "is for CPU caches), fused_attention "
-                  "(keras.ops.dot_product_attention: cuDNN's fused kernel "
-                  "under JAX).")
+                  "is for CPU caches).")
 flags.DEFINE_bool("ffn_padding", True, "Feed-forward inner layers padded "
-                  "off cache-aliasing widths (`pad_inner`).")
-flags.DEFINE_bool("fused_attention", False, "Attention cores by "
-                  "keras.ops.dot_product_attention.")
+                  "off cache-aliasing widths (`feed_forward.inner_padding`).")
 flags.DEFINE_string("profile_dir", None, "If given, trace --profile_steps "
                     "steps of each row with jax.profiler into a folder of "
                     "it per row, beside the compiled step's HLO "
@@ -76,12 +72,11 @@ flags.DEFINE_integer("timeout", 300, "Seconds a preset and policy may take.")
 
 
 def _one(preset, policy):
-  from tf_transformer.benchmark import gpu_check  # pylint: disable=g-import-not-at-top
+  from bench import gpu_check  # pylint: disable=g-import-not-at-top
   figures = gpu_check.measure_training(
       preset, policy, FLAGS.batch_tokens, FLAGS.sequence_length,
       FLAGS.vocab_size, FLAGS.max_steps, FLAGS.seconds, FLAGS.hparams,
-      FLAGS.fused_attention, FLAGS.profile_dir, FLAGS.profile_steps,
-      FLAGS.ffn_padding)
+      FLAGS.profile_dir, FLAGS.profile_steps, FLAGS.ffn_padding)
   print("FIGURES " + json.dumps(figures))
 
 
@@ -90,10 +85,9 @@ def _one(preset, policy):
 # lever: Keras' seed generator makes threefry keys.)
 LEVERS = {"no_dropout": ({"hparams": "dropout_rate=0.0"}, {}),
           "batch_2x": ({"batch_tokens": lambda tokens: 2 * tokens}, {}),
-          "fused_attention": ({"fused_attention": lambda _: True}, {}),
           "no_ffn_padding": ({"ffn_padding": lambda _: False}, {})}
 ROW_FLAGS = ("hparams", "vocab_size", "batch_tokens", "sequence_length",
-             "max_steps", "seconds", "fused_attention", "ffn_padding",
+             "max_steps", "seconds", "ffn_padding",
              "profile_steps")
 
 
@@ -158,7 +152,7 @@ def main(argv):
   if FLAGS.one:
     _one(*FLAGS.one.split(":"))
     return
-  from tf_transformer.benchmark import gpu_check  # pylint: disable=g-import-not-at-top
+  from bench import gpu_check  # pylint: disable=g-import-not-at-top
   if FLAGS.write_reference:
     gpu_check.write_reference(FLAGS.write_reference)
     print(f"wrote {FLAGS.write_reference}")
@@ -196,4 +190,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main, tensorflow=False)
+  command.run(main, tensorflow=False,
+              packages=("tf_transformer.", "bench."))

@@ -2,9 +2,9 @@
 r"""What TF Serving's `--enable_batching` does for an export: concurrent
 clients send one sentence a call to its serving_default, without batching
 and under each batching setting, taking turns (the same batching op the
-model server uses, in this process: tf_transformer/benchmark/server_batching.py).
+model server uses, in this process: benchmarks/bench/server_batching.py).
 
-  bin/server_batching.py --model=saved_models/multi30k/1 \
+  benchmarks/server_batching.py --model=saved_models/multi30k/1 \
       --source=runs/multi30k/data/test_2016_flickr.en
 
 Prints per round and setting: sentences/s, p50 and p99 latency, this
@@ -36,7 +36,7 @@ flags.mark_flags_as_required(["model", "source"])
 
 
 def _settings(values, max_batch_size):
-  from tf_transformer.benchmark.server_batching import Setting  # pylint: disable=g-import-not-at-top
+  from bench.server_batching import Setting  # pylint: disable=g-import-not-at-top
   settings = [Setting()]
   for value in values:
     try:
@@ -56,7 +56,7 @@ def main(argv):
   settings = _settings(FLAGS.settings, FLAGS.max_batch_size)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  from tf_transformer.benchmark import server_batching  # pylint: disable=g-import-not-at-top
+  from bench import server_batching  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_threads)
   tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_threads)
   try:
@@ -81,4 +81,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run(main)
+  command.run(main, packages=("tf_transformer.", "bench."))

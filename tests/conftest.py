@@ -32,6 +32,8 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The measuring tools' library (benchmarks/bench), which is not installed.
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 
 @pytest.fixture(autouse=True)
@@ -46,10 +48,13 @@ def _seed():
 
 
 def run_script(name, *args, timeout=600, input_text=None, env=None):
-  """Runs `bin/<name>` in a fresh interpreter; returns the CompletedProcess."""
+  """Runs `bin/<name>` (or `name`, a path with a folder, such as
+  benchmarks/benchmark.py) in a fresh interpreter; returns the
+  CompletedProcess."""
   environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+  path = name if "/" in name else os.path.join("bin", name)
   return subprocess.run(
-      [sys.executable, os.path.join(REPO, "bin", name), *args],
+      [sys.executable, os.path.join(REPO, path), *args],
       capture_output=True, text=True, timeout=timeout, input=input_text,
       env=environment, cwd=REPO)
 

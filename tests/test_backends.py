@@ -3,7 +3,7 @@ PyTorch backends (issue: the Keras layers on every Keras 3 backend).
 
 Each check runs in a fresh interpreter with KERAS_BACKEND set (Keras picks
 its backend once, at import). JAX and PyTorch run here on the CPU;
-bin/gpu_check.py runs the same code on a GPU under JAX.
+benchmarks/gpu_check.py runs the same code on a GPU under JAX.
 """
 
 import gzip
@@ -16,8 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-from tf_transformer.benchmark import device_trace
-from tf_transformer.benchmark import gpu_check
+from bench import device_trace
+from bench import gpu_check
 from tf_transformer.run import run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,7 +134,7 @@ def test_weights_trained_on_tensorflow_give_the_same_logits(
   model, _ = run_dir.load_trained_model(str(trained_numbers_run))
   logits = gpu_check.write_reference(str(tmp_path), model)
   assert np.abs(logits).max() > 5.0  # a trained model, not near-zero logits
-  code = ("import json; from tf_transformer.benchmark import gpu_check; "
+  code = ("import json; from bench import gpu_check; "
           f"print(json.dumps(gpu_check.check_logits({str(tmp_path)!r})))")
   for backend in BACKENDS:
     done = _under(backend, "-c", code)
@@ -191,7 +191,7 @@ def test_a_repeated_tokens_embedding_gradient_sums_in_float32(backend):
 
 
 def test_gpu_check_runs_on_the_cpu(tmp_path):
-  """bin/gpu_check.py, as the GPU runs it, on the tiny preset: every row
+  """benchmarks/gpu_check.py, as the GPU runs it, on the tiny preset: every row
   trains with one compilation, each lever row is labelled and changes what
   it names, the logits match the TensorFlow reference, each row leaves a
   profiler trace (with no device threads on a CPU), and both files are
@@ -199,9 +199,9 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   reference, output = tmp_path / "reference", tmp_path / "out"
   gpu_check.write_reference(str(reference))
   done = _under_jax(
-      os.path.join(REPO, "bin", "gpu_check.py"),
+      os.path.join(REPO, "benchmarks", "gpu_check.py"),
       "--rows=tiny:float32,tiny:mixed_bfloat16:no_dropout+no_ffn_padding,"
-      "tiny:float32:batch_2x+no_dropout,tiny:float32:fused_attention",
+      "tiny:float32:batch_2x+no_dropout",
       "--vocab_size=1000", "--batch_tokens=256", "--sequence_length=16",
       "--max_steps=3", "--seconds=1", f"--reference={reference}",
       f"--output_dir={output}", f"--profile_dir={tmp_path / 'traces'}",
@@ -212,8 +212,7 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   assert [(r["policy"], r["lever"], r["hparams"]) for r in rows] == [
       ("float32", None, ""), ("mixed_bfloat16", "no_dropout+no_ffn_padding",
                                "dropout_rate=0.0"),
-      ("float32", "batch_2x+no_dropout", "dropout_rate=0.0"),
-      ("float32", "fused_attention", "")], rows
+      ("float32", "batch_2x+no_dropout", "dropout_rate=0.0")], rows
   for row in rows:
     assert "error" not in row, row
     assert row["compilations"] == 1 and row["steps"] == 3, row
@@ -221,12 +220,9 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
     assert row["mfu"] is None  # no known peak for a CPU
     assert row["profile"] == {"steps": 2, "threads": []}, row["profile"]
   assert [r["tokens_per_step"] for r in rows] == [2 * 16 * 16] * 2 + [
-      2 * 2 * 16 * 16, 2 * 16 * 16]
-  assert [r["fused_attention"] for r in rows] == [False] * 3 + [True]
-  assert [r["ffn_padding"] for r in rows] == [True, False, True, True]
-  assert rows[-1]["cudnn_attention_calls"] == 0  # XLA's on a CPU
-  for label in ("tiny_float32", "tiny_float32_fused_attention",
-                "tiny_float32_batch_2x-no_dropout",
+      2 * 2 * 16 * 16]
+  assert [r["ffn_padding"] for r in rows] == [True, False, True]
+  for label in ("tiny_float32", "tiny_float32_batch_2x-no_dropout",
                 "tiny_mixed_bfloat16_no_dropout-no_ffn_padding"):
     assert device_trace.trace_file(str(tmp_path / "traces" / label))
     with gzip.open(tmp_path / "traces" / label / gpu_check.HLO_FILE,
@@ -243,9 +239,8 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
                       ), label
   assert figures["logits"]["max_abs_diff"] <= 1e-5, figures["logits"]
   table = (output / "gpu_check.md").read_text()
-  assert table.count("| tiny |") == 4 and "no_dropout" in table
+  assert table.count("| tiny |") == 3 and "no_dropout" in table
   assert "(no device events: a CPU run)" in table
-  assert "fused_attention (0 cuDNN attention calls)" in table
   assert "Logits against the TensorFlow CPU reference" in table
 
 

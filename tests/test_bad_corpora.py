@@ -182,7 +182,7 @@ def test_benchmark_tools_name_a_bad_source_in_one_line(tmp_path, script):
            else f"--model={export}")
   env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
   result = subprocess.run(
-      [sys.executable, os.path.join(REPO, "bin", script), model,
+      [sys.executable, os.path.join(REPO, "benchmarks", script), model,
        f"--source={source}"], capture_output=True, text=True, env=env,
       timeout=300)
   assert result.returncode == 2, result.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""bin/benchmark.py runs its sections on the tiny preset and writes a JSON
+"""benchmarks/benchmark.py runs its sections on the tiny preset and writes a JSON
 report with the machine, the flags and every figure. (Mechanics only: no
 speed is asserted; figures come from running the command, see docs/performance.md.)"""
 
@@ -17,8 +17,8 @@ import search_reference
 from tf_transformer.run import run_dir
 from tf_transformer.special_ids import EOS_ID
 from tf_transformer import get_config
-from tf_transformer.benchmark import decoding_speed, timing
-from tf_transformer.benchmark import serving_speed
+from bench import decoding_speed, timing
+from bench import serving_speed
 
 
 def test_benchmark_writes_every_figure(tmp_path):
@@ -26,7 +26,7 @@ def test_benchmark_writes_every_figure(tmp_path):
   scratch = tmp_path / "tmp"  # the command's TMPDIR: left empty at the end
   scratch.mkdir()
   result = run_script(
-      "benchmark.py", "--config=tiny", "--vocab_size=1000",
+      "benchmarks/benchmark.py", "--config=tiny", "--vocab_size=1000",
       "--sections=train,scaling,decode",
       "--train_variants=no_xla,mirrored", "--cpu_devices=2",
       "--batch_tokens=256", "--scaling_lengths=8", "--decode_sentences=8",
@@ -124,7 +124,7 @@ def test_read_bandwidth_survives_a_single_sentence_head():
 
 
 def test_help_exits_0_and_lists_the_flags():
-  result = run_script("benchmark.py", "--help")
+  result = run_script("benchmarks/benchmark.py", "--help")
   assert result.returncode == 0
   assert "\n  --decode_words:" in result.stdout
 
@@ -144,7 +144,7 @@ def test_serving_section_compares_exports_with_ctranslate2(
   reference.write_text("".join(t + "\n" for _, t in pairs))
   output = tmp_path / "serving.json"
   result = run_script(
-      "benchmark.py", "--sections=serving", f"--model_dir={trained_numbers_run}",
+      "benchmarks/benchmark.py", "--sections=serving", f"--model_dir={trained_numbers_run}",
       f"--source={source}", f"--reference={reference}",
       "--serving_decoders=savedmodel,savedmodel_parts,savedmodel_bfloat16,"
       "ct2_float32",
@@ -212,7 +212,7 @@ def test_serving_section_compares_exports_with_ctranslate2(
 def test_shortlist_section_times_both_searches(tmp_path):
   output = tmp_path / "shortlist.json"
   result = run_script(
-      "benchmark.py", "--sections=shortlist", "--config=tiny",
+      "benchmarks/benchmark.py", "--sections=shortlist", "--config=tiny",
       "--shortlist_vocab_sizes=1000", "--serving_shortlist=3,20",
       "--decode_batch_size=4", "--decode_words=3", "--runs=1",
       f"--output={output}")
@@ -241,7 +241,7 @@ def test_each_worker_starts_with_its_librarys_switches():
 
 
 def test_serving_section_needs_a_model_and_text():
-  result = run_script("benchmark.py", "--sections=serving")
+  result = run_script("benchmarks/benchmark.py", "--sections=serving")
   assert result.returncode != 0
   assert "--sections=serving needs --model_dir" in result.stderr
 
@@ -259,7 +259,7 @@ def test_input_section_measures_the_data_path(tmp_path):
       f.write("".join(pair[side] + "\n" for pair in pairs))
   output = tmp_path / "report.json"
   result = run_script(
-      "benchmark.py", "--sections=input", "--input_pairs=3000",
+      "benchmarks/benchmark.py", "--sections=input", "--input_pairs=3000",
       f"--multi30k_dir={captions}", f"--input_dir={tmp_path / 'input'}",
       "--input_vocab_size=400", "--input_max_length=64",
       "--input_batch_tokens=1024", "--input_step_batch_tokens=512",
@@ -291,7 +291,7 @@ def test_kernel_trace_counts_the_kernels_of_each_loop_step(tmp_path):
   """A loop of 5 steps, each a fusable MatMul + BiasAdd and an add: the
   trace gives 5 steps and the executed (fused) kernels of one step."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_transformer.benchmark import kernel_trace  # pylint: disable=g-import-not-at-top
+  from bench import kernel_trace  # pylint: disable=g-import-not-at-top
   kernel, bias = tf.ones([8, 8]), tf.ones([8])
 
   @tf.function

@@ -43,17 +43,18 @@ def _files(pattern):
 
 
 def test_every_module_is_in_the_library():
-  missing = _files("tf_transformer/**/*.py") - _sources(_evaluate_build(),
-                                                        "py_library")
+  missing = (_files("tf_transformer/**/*.py") | _files(
+      "benchmarks/bench/*.py")) - _sources(_evaluate_build(), "py_library")
   assert not missing, f"modules without a py_library target: {missing}"
 
 
 def test_every_script_has_a_py_binary():
   targets = _evaluate_build()
   mains = {a["main"] for k, a in targets if k == "py_binary"}
-  missing = _files("bin/*.py") - mains
+  scripts = _files("bin/*.py") | _files("benchmarks/*.py")
+  missing = scripts - mains
   assert not missing, f"scripts without a py_binary target in BUILD: {missing}"
-  assert mains <= _files("bin/*.py"), "py_binary for a script that is gone"
+  assert mains <= scripts, "py_binary for a script that is gone"
 
 
 def test_every_test_file_has_a_py_test():

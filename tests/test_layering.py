@@ -12,12 +12,12 @@ from conftest import REPO
 
 # Package -> the tf_transformer packages it must not import.
 FORBIDDEN = {
-    "layers": {"data", "decoding", "training", "serving", "run", "benchmark"},
-    "data": {"layers", "decoding", "training", "serving", "run", "benchmark"},
-    "decoding": {"training", "serving", "run", "benchmark"},
-    "training": {"serving", "run", "benchmark"},
-    "serving": {"training", "run", "benchmark"},
-    "run": {"benchmark"},
+    "layers": {"data", "decoding", "training", "serving", "run", "cli"},
+    "data": {"layers", "decoding", "training", "serving", "run", "cli"},
+    "decoding": {"training", "serving", "run", "cli"},
+    "training": {"serving", "run", "cli"},
+    "serving": {"training", "run", "cli"},
+    "run": {"cli"},
 }
 
 
@@ -45,3 +45,20 @@ def test_no_upward_imports(package):
         found.append(f"{os.path.relpath(path, REPO)}:{line} imports "
                      f"tf_transformer.{imported}")
   assert not found, "\n".join(found)
+
+
+def test_the_package_never_imports_the_measuring_tools():
+  """benchmarks/ stands beside the package and is not installed: nothing
+  in tf_transformer may import its library, `bench`."""
+  found = []
+  for path in glob.glob(os.path.join(REPO, "tf_transformer", "**", "*.py"),
+                        recursive=True):
+    with open(path, encoding="utf-8") as f:
+      tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+      names = ([node.module] if isinstance(node, ast.ImportFrom) else
+               [a.name for a in node.names] if isinstance(node, ast.Import)
+               else [])
+      if any(name and name.split(".")[0] == "bench" for name in names):
+        found.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
+  assert not found, found

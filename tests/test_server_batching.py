@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 
-from tf_transformer.benchmark import server_batching
+from bench import server_batching
 from tf_transformer.data import numbers
 
 PAIRS = numbers.generate({"test": 7}, seed=11)["test"]
@@ -104,7 +104,7 @@ def test_ids_signature_splits_as_it_was_sent(loaded):
 
 
 def test_batching_op_serves_concurrent_clients_as_alone(loaded):
-  """bin/server_batching.py's measure: 4 clients through TF Serving's
+  """benchmarks/server_batching.py's measure: 4 clients through TF Serving's
   batching op (concurrent one-sentence calls merged on dimension 0) get
   what each sentence gets alone, and the figures are filled in."""
   serve = loaded.signatures["serving_default"]

@@ -13,7 +13,8 @@ from conftest import REPO
 
 SOURCES = sorted(glob.glob(os.path.join(REPO, "tf_transformer", "**", "*.py"),
                            recursive=True)
-                 + glob.glob(os.path.join(REPO, "bin", "*.py")))
+                 + glob.glob(os.path.join(REPO, "benchmarks", "**", "*.py"),
+                             recursive=True))
 
 
 def _is_tf_function(node):

@@ -1,5 +1,5 @@
-"""The median wall time of a call, for the benchmarks (bin/benchmark.py)
-and the timed training step (training/step_timing.py)."""
+"""The median wall time of a call, for the timed training step
+(training/step_timing.py) and the benchmarks beside the package."""
 
 import statistics
 import time

@@ -1,2 +1,2 @@
-"""Measurements behind bin/benchmark.py: timing and the machine's matmul
+"""Measurements behind benchmarks/benchmark.py: timing and the machine's matmul
 peak, training speed, decoding speed. Figures, never pass/fail tests."""

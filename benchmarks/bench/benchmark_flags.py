@@ -1,4 +1,4 @@
-"""absl flags of bin/benchmark.py."""
+"""absl flags of benchmarks/benchmark.py."""
 
 from absl import flags
 

@@ -1,5 +1,5 @@
 """Where a JAX training step's device time goes, from a `jax.profiler`
-trace rather than estimates (`bin/gpu_check.py --profile_dir`).
+trace rather than estimates (`benchmarks/gpu_check.py --profile_dir`).
 
 `trace_steps` runs a few steps of a jitted step under `jax.profiler.trace`
 with a Perfetto trace written beside the XPlane one; `summarize` reads that

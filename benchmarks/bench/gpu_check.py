@@ -1,5 +1,5 @@
 """The model's training step on an accelerator under JAX, and its logits
-against the TensorFlow CPU reference (`bin/gpu_check.py`).
+against the TensorFlow CPU reference (`benchmarks/gpu_check.py`).
 
 The paper's step (section 5): teacher-forced forward pass, label-smoothed
 loss (5.4) with its closed-form gradient, Adam with eq. 3 (5.3), dropout
@@ -24,12 +24,12 @@ import time
 import keras
 import numpy as np
 
+from bench import device_trace
 from tf_transformer import config as config_lib
 from tf_transformer import cost
-from tf_transformer import layers
 from tf_transformer import model as model_lib
-from tf_transformer.benchmark import device_trace
 from tf_transformer.data.synthetic import random_pairs
+from tf_transformer.layers import feed_forward
 from tf_transformer.training import loss as loss_lib
 from tf_transformer.training import optimizer as optimizer_lib
 
@@ -75,8 +75,8 @@ def _train_step(model, optimizer, label_smoothing):
 
 def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
                      vocab_size=37000, max_steps=200, seconds=40.0,
-                     hparams="", fused_attention=False, profile_dir=None,
-                     profile_steps=5, ffn_padding=True):
+                     hparams="", profile_dir=None, profile_steps=5,
+                     ffn_padding=True):
   """Trains one preset under one dtype policy on synthetic batches.
 
   Args:
@@ -87,10 +87,9 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
     max_steps: the most timed steps.
     seconds: a time budget for the timed steps (at least 10 are run).
     hparams: config overrides.
-    fused_attention: every attention core by
-      `keras.ops.dot_product_attention` (`MultiHeadAttention`'s
-      `fused_attention`).
-    ffn_padding: every feed-forward's `pad_inner`.
+    ffn_padding: False multiplies every feed-forward by W_1 and W_2
+      unpadded (`feed_forward.inner_padding` patched to 0 in this process:
+      the padding is for CPU caches).
     profile_dir: if given, `profile_steps` more steps are traced there by
       `jax.profiler` after the timed ones, and summarized
       (`device_trace.summarize`, kernels named by the compiled HLO, also
@@ -103,12 +102,9 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   config = config_lib.get_config(preset, hparams).replace(
       vocab_size=vocab_size)
   keras.utils.set_random_seed(0)
+  if not ffn_padding:
+    feed_forward.inner_padding = lambda d_ff, dtype: 0
   model = model_lib.build_model(config, dtype=policy)
-  for layer in model._flatten_layers():  # pylint: disable=protected-access
-    if isinstance(layer, layers.MultiHeadAttention):
-      layer.fused_attention = fused_attention
-    if isinstance(layer, layers.PositionwiseFeedForward):
-      layer.pad_inner = ffn_padding
   optimizer = optimizer_lib.create_optimizer(config)
   optimizer.build(model.trainable_variables)
   state = ([v.value for v in model.trainable_variables],
@@ -128,11 +124,10 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   steps = int(min(max_steps, max(10, seconds / (probe_seconds / 3))))
   total_seconds, loss, state = _timed_steps(step, state, batch, steps)
   step_seconds = total_seconds / steps
-  # The executable already compiled (JAX's cache): whether the backend
-  # fused attention or fell back to XLA, and the names of a trace's kernels.
+  # The executable already compiled (JAX's cache): the names of a trace's
+  # kernels.
   hlo_text = (step.lower(state, *batch).compile().as_text()
-              if fused_attention or profile_dir else None)
-  fused_calls = hlo_text.count("__cudnn$fmha") if fused_attention else None
+              if profile_dir else None)
   profile = None
   if profile_dir:  # after the timing; a failed trace fails only itself
     try:
@@ -171,8 +166,7 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
       "memory_limit_gib": (memory["bytes_limit"] / 2**30
                            if "bytes_limit" in memory else None),
       "final_loss": float(loss),
-      "fused_attention": fused_attention, "ffn_padding": ffn_padding,
-      "cudnn_attention_calls": fused_calls,
+      "ffn_padding": ffn_padding,
       "profile": profile,
   }
 
@@ -279,8 +273,6 @@ def markdown(rows, logits):
     peak = (f"{r['peak_name']} {r['peak_tflops']:.1f}" if r["peak_tflops"]
             else "-")
     lever = r.get("lever") or "-"
-    if r.get("cudnn_attention_calls") is not None:
-      lever += f" ({r['cudnn_attention_calls']} cuDNN attention calls)"
     lines.append(
         f"| {r['preset']} | {r['policy']} | {lever} | "
         f"{r['device']} | "

@@ -1,4 +1,4 @@
-"""bin/benchmark.py --sections=input: the training data path on a corpus of
+"""benchmarks/benchmark.py --sections=input: the training data path on a corpus of
 `--input_pairs` pairs, measured as a user meets it on the paper's corpora.
 
 The corpus (real text of WMT's lengths, rebuildable by anyone): pair i
@@ -34,8 +34,8 @@ import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(BENCHMARKS)
 
 
 def build_corpus(multi30k_dir, pairs, directory, seed=0):
@@ -101,7 +101,7 @@ def rss_anon_mib(pid="self"):
 
 
 def measure(o):
-  """The section's figures (o: bin/benchmark.py's flag values)."""
+  """The section's figures (o: benchmarks/benchmark.py's flag values)."""
   corpus = os.path.join(o.input_dir, f"corpus_{o.input_pairs}")
   source, target = build_corpus(o.multi30k_dir, o.input_pairs, corpus)
   prepared = os.path.join(corpus, "prepared")
@@ -126,9 +126,10 @@ def measure(o):
   figures["start"] = _train_start(o, prepared, source, target)
   for name, where in (("first_batch", "start"), ("resume", "middle")):
     _, peak, out, _ = _run([
-        python, "-m", "tf_transformer.benchmark.input_worker", prepared,
+        python, "-m", "bench.input_worker", prepared,
         str(o.input_batch_tokens), str(o.input_max_length), where,
-        str(o.input_batches)])
+        str(o.input_batches)], env={"PYTHONPATH": os.pathsep.join(
+            filter(None, [BENCHMARKS, os.environ.get("PYTHONPATH")]))})
     figures[name] = dict(json.loads(out.strip().splitlines()[-1]),
                          rss_anon_peak_mib=peak)
   return figures

@@ -1,7 +1,7 @@
 """Times the training input pipeline in a process of its own, for
-bin/benchmark.py --sections=input:
+benchmarks/benchmark.py --sections=input:
 
-  python -m tf_transformer.benchmark.input_worker PREPARED_DIR BATCH_TOKENS \
+  python -m bench.input_worker PREPARED_DIR BATCH_TOKENS \
       MAX_LENGTH start|middle BATCHES
 
 opens the token arrays bin/prepare_data.py left in PREPARED_DIR, starts the
@@ -17,7 +17,7 @@ import time
 
 import tensorflow as tf
 
-from tf_transformer.benchmark.input_speed import rss_anon_mib
+from bench.input_speed import rss_anon_mib
 from tf_transformer.data import token_store
 from tf_transformer.data.epoch_batches import EpochBatches
 from tf_transformer.data.sources import DataSpec

@@ -1,4 +1,4 @@
-"""bin/benchmark.py's sections: each measures with the modules of this
+"""benchmarks/benchmark.py's sections: each measures with the modules of this
 package, prints its table as it goes and adds its figures to the report
 (`run`). They read the flag values `o` (benchmark_flags) and no global
 flags."""
@@ -10,7 +10,7 @@ import tempfile
 import time
 
 def _variants(o):
-  from tf_transformer.benchmark.training_speed import Variant  # pylint: disable=g-import-not-at-top
+  from bench.training_speed import Variant  # pylint: disable=g-import-not-at-top
   known = {"xla_attention": Variant("xla_attention"),
            "no_xla": Variant("no_xla", xla_attention=False, xla_loss=False),
            "no_xla_loss": Variant("no_xla_loss", xla_loss=False),
@@ -43,7 +43,7 @@ def _print_rows(rows, columns):
 
 
 def train_section(o, config, report, peak):
-  from tf_transformer.benchmark import training_speed  # pylint: disable=g-import-not-at-top
+  from bench import training_speed  # pylint: disable=g-import-not-at-top
   rows = []
   columns = ["variant", "seconds_per_step", "tokens_per_sec",
              "model_gflops_per_sec", "mfu"]
@@ -62,7 +62,7 @@ def train_section(o, config, report, peak):
 
 
 def scaling_section(o, config, report, peak):
-  from tf_transformer.benchmark import training_speed  # pylint: disable=g-import-not-at-top
+  from bench import training_speed  # pylint: disable=g-import-not-at-top
   variant = training_speed.Variant("xla_attention")
   columns = ["length", "rows", "seconds_per_step", "tokens_per_sec", "mfu"]
   _print_header("training cost against sentence length", columns)
@@ -79,7 +79,7 @@ def decode_section(o, config, report):
   # pylint: disable=g-import-not-at-top
   import keras
   from tf_transformer import build_model
-  from tf_transformer.benchmark import decoding_speed
+  from bench import decoding_speed
   from tf_transformer.decoding.search import DecodingOptions
   vocabulary = decoding_speed.synthetic_vocabulary(config.model.vocab_size)
   config = config.replace(vocab_size=vocabulary.vocab_size)
@@ -135,7 +135,7 @@ def shortlist_section(o, config, report):
   # pylint: disable=g-import-not-at-top
   import keras
   from tf_transformer import build_model
-  from tf_transformer.benchmark import decoding_speed
+  from bench import decoding_speed
   from tf_transformer.run import translator_flags
   k, n = translator_flags.parse_shortlist(o.serving_shortlist)
   columns = ["vocab_size", "full_sentences_per_sec",
@@ -161,7 +161,7 @@ def shortlist_section(o, config, report):
 
 def serving_section(o, report):
   # pylint: disable=g-import-not-at-top
-  from tf_transformer.benchmark import serving_speed
+  from bench import serving_speed
   from tf_transformer.data.corpora import read_lines
   from tf_transformer.run import translator_flags
   if not (o.model_dir and o.source):
@@ -232,7 +232,7 @@ def cache_read_section(o, config, steps):
   bfloat16 cache, half the bytes, at the speed TensorFlow's bfloat16
   matmuls read it."""
   # pylint: disable=g-import-not-at-top
-  from tf_transformer.benchmark import decoding_speed, timing
+  from bench import decoding_speed, timing
   from tf_transformer.decoding.cache import BLOCK_LENGTH
   import tensorflow as tf
   speeds = {dtype: timing.read_bandwidth(
@@ -282,7 +282,7 @@ def run(o) -> dict:
   # pylint: disable=g-import-not-at-top
   from tf_transformer import config as config_lib
   from tf_transformer import cost
-  from tf_transformer.benchmark import timing
+  from bench import timing
   import tensorflow as tf
   tf.get_logger().setLevel("ERROR")
   config = config_lib.get_config(o.config, o.hparams,
@@ -302,7 +302,7 @@ def run(o) -> dict:
   if "shortlist" in o.sections:
     shortlist_section(o, config, report)
   if "input" in o.sections:
-    from tf_transformer.benchmark import input_speed
+    from bench import input_speed
     report["input"] = input_speed.measure(o)
     print("\n".join(input_speed.report_lines(report["input"])))
   if not {"train", "scaling", "decode"} & set(o.sections):

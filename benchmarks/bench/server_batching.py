@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.benchmark import serving_worker
+from bench import serving_worker
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The serving benchmark: a trained run's exports decoding real text, beside
-CTranslate2 on the same weights, in one run of bin/benchmark.py.
+CTranslate2 on the same weights, in one run of benchmarks/benchmark.py.
 
 Each decoder runs in a fresh process (`serving_worker.py`) on the same
 sentences, one decoder after another: the SavedModel as TF Serving loads it

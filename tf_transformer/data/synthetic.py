@@ -1,6 +1,6 @@
 """Random sentence pairs of one length: the batch that training speed is
-measured on (the precision probe, `bin/benchmark.py --sections=train`,
-`bin/gpu_check.py`). numpy only, so that it runs where TensorFlow is not
+measured on (the precision probe, `benchmarks/benchmark.py --sections=train`,
+`benchmarks/gpu_check.py`). numpy only, so that it runs where TensorFlow is not
 installed."""
 
 import numpy as np

@@ -72,7 +72,8 @@ def float32_note(cpuinfo=cpu.CPUINFO):
     return None
   return (f"this CPU has {' and '.join(found)}: "
           "--dtype=bfloat16 may serve faster here (measure both with "
-          "bin/benchmark.py --sections=serving; docs/serving.md#bfloat16)")
+          "benchmarks/benchmark.py --sections=serving in a clone; "
+          "docs/serving.md#bfloat16)")
 
 
 class _CaptureRenames(python_logging.Filter):
