@@ -20,6 +20,7 @@ def _cores_per_worker():
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_cores_per_worker()))
 
 from absl import logging as absl_logging  # noqa: E402
+import command_zygote  # noqa: E402
 import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -47,16 +48,25 @@ def _seed():
   absl_logging.get_absl_logger().setLevel(absl_level)
 
 
-def run_script(name, *args, timeout=600, input_text=None, env=None):
+_ZYGOTE = command_zygote.Zygote(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def run_script(name, *args, timeout=600, input_text=None, env=None,
+               fresh=False):
   """Runs `bin/<name>` (or `name`, a path with a folder, such as
-  benchmarks/benchmark.py) in a fresh interpreter; returns the
-  CompletedProcess."""
+  benchmarks/benchmark.py) as `python SCRIPT ARGS`; returns the
+  CompletedProcess. In a fork of a process that has imported TensorFlow
+  (tests/command_zygote.py), unless `fresh` or `env` asks for a fresh
+  interpreter: for what a command prints while TensorFlow loads, or
+  variables TensorFlow reads at import."""
+  path = os.path.join(REPO, name if "/" in name else os.path.join("bin",
+                                                                  name))
+  if not (fresh or env):
+    return _ZYGOTE.run([path, *args], REPO, input_text, timeout)
   environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-  path = name if "/" in name else os.path.join("bin", name)
   return subprocess.run(
-      [sys.executable, os.path.join(REPO, path), *args],
-      capture_output=True, text=True, timeout=timeout, input=input_text,
-      env=environment, cwd=REPO)
+      [sys.executable, path, *args], capture_output=True, text=True,
+      timeout=timeout, input=input_text, env=environment, cwd=REPO)
 
 
 @pytest.fixture(scope="session")

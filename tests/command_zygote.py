@@ -1,0 +1,119 @@
+"""Runs bin/ and benchmarks/ commands for the tests in forks of one process
+that has imported TensorFlow once, instead of a fresh interpreter each.
+
+Every command run as a user runs it pays TensorFlow's import (4-6 s on 2
+cores) before its own work; the suite runs commands a few hundred times.
+`Zygote` starts one process per test worker that imports TensorFlow,
+tensorflow-text, Keras and the package's modules, then forks a child per
+command: the child runs the script as `python SCRIPT ARGS` would (its own
+`__main__`, flags and stdin, stdout and stderr at the file-descriptor
+level), with what the import left in place. It never runs an op before it
+forks, so no thread pool exists to be lost in the child.
+
+What a fork cannot show, tests run in a fresh interpreter (`run_script`'s
+`fresh=True`, or any `env=`): what the command prints while TensorFlow
+loads, and environment variables read at import (TF_ENABLE_ONEDNN_OPTS,
+TF_CPP_MIN_LOG_LEVEL).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+# The zygote: imports, then serves one request a line on stdin (JSON:
+# argv, cwd, stdin) with one line on stdout (JSON: the child's status).
+_SERVE = r"""
+import json, os, runpy, sys
+import tf_transformer  # first, as a command imports it: it sets TF's options
+import tensorflow, tensorflow_text, keras  # noqa: F401
+import tf_transformer.run.runner  # noqa: F401  (the package, not its flags)
+# The platforms' probes (on a machine without a GPU, CUDA's "failed call to
+# cuInit" line) happen here, once, not in each command's stderr; they start
+# no thread pool, and the children may still configure logical devices.
+tensorflow.config.list_physical_devices()
+requests, replies = sys.stdin, sys.stdout
+for line in requests:
+  request = json.loads(line)
+  out, err = request["stdout"], request["stderr"]
+  pid = os.fork()
+  if pid == 0:
+    os.chdir(request["cwd"])
+    stdin = os.open(request["stdin"], os.O_RDONLY)
+    os.dup2(stdin, 0)
+    for fd, path in ((1, out), (2, err)):
+      os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.stdin = os.fdopen(0, "r", encoding="utf-8", closefd=False)
+    sys.stdout = os.fdopen(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = os.fdopen(2, "w", encoding="utf-8", closefd=False)
+    sys.argv = request["argv"]
+    sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+    status = 0
+    try:
+      runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:
+      status = e.code if isinstance(e.code, int) else (e.code is not None)
+    except BaseException:  # what the interpreter would print, and its status
+      import traceback
+      traceback.print_exc()
+      status = 1
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+      try:
+        stream.flush()
+      except Exception:  # a reader that left
+        pass
+    os._exit(status)
+  replies.write(json.dumps({"pid": pid}) + "\n")
+  replies.flush()
+  _, waited = os.waitpid(pid, 0)
+  status = os.waitstatus_to_exitcode(waited)
+  replies.write(json.dumps({"status": status}) + "\n")
+  replies.flush()
+"""
+
+
+class Zygote:
+  """One forking server of commands, started at its first use."""
+
+  def __init__(self, environment):
+    self._environment = environment
+    self._process = None
+    self._lock = threading.Lock()
+
+  def _start(self):
+    self._process = subprocess.Popen(
+        [sys.executable, "-c", _SERVE], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=self._environment)
+
+  def run(self, argv, cwd, input_text, timeout):
+    """`argv` (the script first) run in a fork: a CompletedProcess as
+    `subprocess.run(..., capture_output=True, text=True)` returns."""
+    with self._lock, tempfile.TemporaryDirectory() as scratch:
+      if self._process is None or self._process.poll() is not None:
+        self._start()
+      paths = {name: os.path.join(scratch, name)
+               for name in ("stdin", "stdout", "stderr")}
+      with open(paths["stdin"], "w", encoding="utf-8") as f:
+        f.write(input_text or "")
+      self._process.stdin.write(json.dumps(
+          dict(paths, argv=list(argv), cwd=cwd)) + "\n")
+      self._process.stdin.flush()
+      pid = json.loads(self._process.stdout.readline())["pid"]
+      timer = threading.Timer(timeout, os.kill, (pid, 9))
+      timer.start()
+      try:
+        reply = self._process.stdout.readline()
+      finally:
+        timer.cancel()
+      if not reply:
+        raise RuntimeError("the command zygote died")
+      status = json.loads(reply)["status"]
+      if status == -9:
+        raise subprocess.TimeoutExpired(argv, timeout)
+      read = lambda name: open(paths[name], encoding="utf-8",
+                               errors="replace").read()
+      return subprocess.CompletedProcess(
+          [sys.executable, *argv], status, read("stdout"), read("stderr"))
