@@ -9,6 +9,9 @@ HERE = pathlib.Path(__file__).parent
 VERSION = re.search(r'__version__ = "([^"]+)"',
                     (HERE / "tf_transformer" / "__init__.py").read_text()).group(1)
 
+COMMANDS = sorted(p.stem for p in (HERE / "tf_transformer" / "cli").glob("*.py")
+                  if p.stem != "__init__")
+
 setuptools.setup(
     name="tf_transformer",
     version=VERSION,
@@ -20,7 +23,12 @@ setuptools.setup(
     python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(include=["tf_transformer",
                                                "tf_transformer.*"]),
-    scripts=[str(p) for p in sorted((HERE / "bin").glob("*.py"))],
+    # One prefix, so that no command shadows another program's; bin/*.py
+    # are the same commands run from a clone. The measuring tools
+    # (benchmarks/) are not installed.
+    entry_points={"console_scripts": [
+        f"tf-transformer-{name.replace('_', '-')}=tf_transformer.cli.{name}:run"
+        for name in COMMANDS]},
     install_requires=[
         "tensorflow~=2.21.0",
         # tensorflow-text's custom ops are built against one TF minor version.
@@ -43,8 +51,6 @@ setuptools.setup(
     extras_require={
         # bin/serving_client.py --protocol=grpc: TF Serving's own gRPC stubs.
         "serving": ["tensorflow-serving-api~=2.21.0"],
-        # Kept for old install lines: matplotlib is now a dependency.
-        "plot": ["matplotlib>=3.8"],
         # bin/export.py --format=ctranslate2 and translating with its output:
         # CTranslate2, the C++ engine OpenNMT-tf users serve with.
         "ctranslate2": ["ctranslate2>=4.5,<5"],

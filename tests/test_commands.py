@@ -1,7 +1,8 @@
-"""Every bin/ command parses and checks its flags before TensorFlow loads
+"""Every command (bin/, the installed `tf-transformer-*`, and the measuring
+tools of benchmarks/) parses and checks its flags before TensorFlow loads
 (`tf_transformer.command`): --help and a bad flag are answered without
-TensorFlow's 5-second import, and a user's typo costs a fraction of a
-second."""
+TensorFlow's 5-second import, a user's typo costs a fraction of a second,
+and a refused flag answers in two lines, as an unknown one does."""
 
 import os
 import subprocess
@@ -11,15 +12,19 @@ import pytest
 
 from conftest import REPO
 
-COMMANDS = sorted(name for name in os.listdir(os.path.join(REPO, "bin"))
-                  if name.endswith(".py"))
+DOORS = sorted(name for name in os.listdir(os.path.join(REPO, "bin"))
+               if name.endswith(".py"))
+TOOLS = sorted(f"benchmarks/{name}" for name in os.listdir(
+    os.path.join(REPO, "benchmarks")) if name.endswith(".py"))
+COMMANDS = DOORS + TOOLS
 
 # Runs a bin/ script as its own __main__ and says, on its last line of
 # stdout, how it exited and whether TensorFlow (or Keras, which imports it
 # on its default backend) was imported.
 PROBE = """
-import runpy, sys
+import os, runpy, sys
 sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as `python SCRIPT` does
 status = 0
 try:
   runpy.run_path(sys.argv[0], run_name="__main__")
@@ -32,9 +37,10 @@ print(f"\\nstatus={status} loaded={','.join(loaded) or 'none'}")
 
 def _probe(script, *args, stdin=b""):
   """(exit status, 'none' or the heavy modules loaded, stdout, stderr)."""
+  path = script if "/" in script else os.path.join("bin", script)
   result = subprocess.run(
-      [sys.executable, "-c", PROBE, os.path.join(REPO, "bin", script),
-       *args], capture_output=True, input=stdin, timeout=120, cwd=REPO)
+      [sys.executable, "-c", PROBE, os.path.join(REPO, path), *args],
+      capture_output=True, input=stdin, timeout=120, cwd=REPO)
   out, err = (s.decode("utf-8", "replace") for s in (result.stdout,
                                                       result.stderr))
   last = out.splitlines()[-1]
@@ -44,16 +50,44 @@ def _probe(script, *args, stdin=b""):
 
 def _assert_refused(script, args, message, expected_status=1, stdin=b""):
   """`script args` exits with `expected_status`, `message` in its stderr,
-  no traceback, and neither TensorFlow nor Keras imported."""
+  no traceback, and neither TensorFlow nor Keras imported. A refused flag
+  (status 1) says so in the two lines of an unknown flag."""
   status, loaded, _, err = _probe(script, *args, stdin=stdin)
   assert status == expected_status, err[-2000:]
   assert message in err, err[-2000:]
   assert loaded == "none", f"{script} {args} imported {loaded}"
   assert "Traceback" not in err
+  if expected_status == 1:
+    name = os.path.basename(script)[:-len(".py")]
+    assert err.splitlines() == [
+        err.splitlines()[0], f"Pass --help to see the flags of {name}."], err
+    assert err.startswith(f"{name}: error: "), err
 
 
 def test_every_command_is_probed():
-  assert len(COMMANDS) >= 17 and "translate.py" in COMMANDS
+  assert len(DOORS) >= 13 and "translate.py" in DOORS
+  assert "benchmarks/benchmark.py" in TOOLS
+
+
+def test_each_installed_command_has_a_door_in_bin():
+  """setup.py installs `tf-transformer-NAME` for each module NAME of
+  tf_transformer/cli (its `run`); bin/NAME.py runs the same from a clone,
+  and --help names the command's own usage, not the door's."""
+  cli = sorted(name for name in os.listdir(os.path.join(REPO, "tf_transformer",
+                                                        "cli"))
+               if name.endswith(".py") and name != "__init__.py")
+  assert cli == DOORS
+  with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
+    assert ('f"tf-transformer-{name.replace(\'_\', \'-\')}='
+            'tf_transformer.cli.{name}:run"') in f.read()
+  # The entry point as pip's console script calls it.
+  code = ("import sys; sys.argv[0] = 'tf-transformer-translate'; "
+          "from tf_transformer.cli.translate import run; run()")
+  result = subprocess.run([sys.executable, "-c", code, "--help"],
+                          capture_output=True, text=True, timeout=60)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.startswith("Translates sentences"), result.stdout[:200]
+  assert "\n  --model:" in result.stdout
 
 
 @pytest.mark.parametrize("script", COMMANDS)

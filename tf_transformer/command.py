@@ -18,6 +18,9 @@
   the flags of every `tf_transformer` module become the command's key flags.
 - `--help` (and `--helpfull`, `--helpshort`, `-?`) exit with status 0, as
   asking for help is not an error; absl exits 1.
+- A refused flag or combination of flags answers in two lines, whether
+  absl's parser or the command refused it: `COMMAND: error: ...` and where
+  to read the flags (absl prints the whole --help before an `app.UsageError`).
 - A reader that leaves (`translate.py ... | head`) ends a command quietly
   (`write_stdout`), as it ends a Unix tool, not with a Broken pipe error.
 """
@@ -93,33 +96,57 @@ def _at_least(text, level):
   return "".join(kept)
 
 
-def run(main, tensorflow=True):
+def run(main, tensorflow=True, packages=("tf_transformer.",)):
   """`app.run(main)` with the package's flags in --help, which exits 0.
 
   Args:
     main: the command's main(argv), which imports the package's TensorFlow
-      modules itself.
+      modules itself; its module's docstring is the command's usage.
     tensorflow: import TensorFlow (quietly) once the flags are parsed and
       checked, before `main`; False for a command that may not need it.
+    packages: the prefixes of the modules whose flags --help lists.
   """
+  # absl prints __main__'s docstring as the usage: a console script's or a
+  # bin/ door's __main__ is not the command's module.
+  sys.modules["__main__"].__doc__ = sys.modules[main.__module__].__doc__
   for module, defined in flags.FLAGS.flags_by_module_dict().items():
-    if module.startswith("tf_transformer."):
+    if module.startswith(packages):
       for flag in defined:  # key flags of the main module: what --help shows
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
   started = []
+  name = main.__module__.rsplit(".", 1)[-1]
 
   def main_started(argv):
     started.append(True)
-    if tensorflow:
-      import_tensorflow_quietly()
-    return main(argv)
+    try:
+      if tensorflow:
+        import_tensorflow_quietly()
+      return main(argv)
+    except app.UsageError as e:
+      return refuse(name, str(e))
+
+  def parse(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      if _asked_for_help(argv[1:]):
+        raise
+      sys.exit(refuse(name, str(e)))
 
   try:
-    app.run(main_started)
+    app.run(main_started, flags_parser=parse)
   except SystemExit as e:
     if not started and e.code == 1 and _asked_for_help(sys.argv[1:]):
       sys.exit(0)
     raise
+
+
+def refuse(name, message):
+  """Says that the command `name` refuses its flags, in two lines on stderr;
+  returns its exit status, 1."""
+  sys.stderr.write(f"{name}: error: {message}\n"
+                   f"Pass --help to see the flags of {name}.\n")
+  return 1
 
 
 def write_stdout(text):

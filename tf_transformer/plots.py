@@ -24,11 +24,7 @@ HEADS_PER_ROW = 2
 
 
 def _figure(width, height):
-  try:
-    from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError("attention images need matplotlib: pip install "
-                      "'tf_transformer[plot]'") from e
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   # A Figure without pyplot: no global state, no display, thread-safe;
   # constrained layout keeps the labels of one panel off the next.
   return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")

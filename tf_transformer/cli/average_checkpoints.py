@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Averages the model variables of a run's last N checkpoints (section 6.1:
 5 for base, 20 for big) into a new model directory that export and
 translate accept. Optimizer slots and the step are not averaged.
@@ -62,5 +61,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-average-checkpoints`: parses the flags, then runs `main`."""
   command.run(main, tensorflow=False)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Builds a run's vocabulary shortlist table from its training pairs
 (`tf_transformer/data/shortlist_table.py`: the target pieces of highest
 Dice co-occurrence with each source piece, and the most frequent target
@@ -47,5 +46,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-build-shortlist`: parses the flags, then runs `main`."""
   command.run(main)

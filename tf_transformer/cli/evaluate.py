@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Translates --source and scores it against --reference: sacrebleu BLEU and
 chrF with their signatures (detokenized output, raw references), and exact
 match; --paper_bleu adds the paper-style tokenized, compound-split score
@@ -73,5 +72,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-evaluate`: parses the flags, then runs `main`."""
   command.run(main, tensorflow=False)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Exports a trained model as a SavedModel for TensorFlow Serving, in the
 layout TF Serving watches (EXPORT_DIR/<version>/), or with
 --format=ctranslate2 as a CTranslate2 model directory (EXPORT_DIR itself,
@@ -58,5 +57,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-export`: parses the flags, then runs `main`."""
   command.run(main)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Imports a published Marian model (OPUS-MT) as a run directory that
 bin/export.py, bin/translate.py, bin/evaluate.py and bin/score.py take
 (docs/serving.md): a Transformers MarianMTModel directory
@@ -52,5 +51,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-import-model`: parses the flags, then runs `main`."""
   command.run(main)

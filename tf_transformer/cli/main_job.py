@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""The main job, end to end with the repository's own commands: build the
 vocabulary, train, average the last checkpoints, export a SavedModel for TF
 Serving, score dev and test through it, and translate examples through it
@@ -55,5 +54,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-main-job`: parses the flags, then runs `main`."""
   command.run(main)

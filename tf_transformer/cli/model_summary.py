@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Prints a model's layer table, then `params=<int>` and `flops_per_token=<int>`:
 a preset's, or a trained run's.
 
@@ -52,5 +51,6 @@ def main(argv):
   print(f"flops_per_token={flops}")
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-model-summary`: parses the flags, then runs `main`."""
   command.run(main)

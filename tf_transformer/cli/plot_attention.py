@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Translates one sentence and writes PNG heatmaps of the attention of
 chosen layers and heads, like the paper's Figures 3 to 5.
 
@@ -8,9 +7,9 @@ chosen layers and heads, like the paper's Figures 3 to 5.
 
 Writes OUTPUT_DIR/KIND_layerL_headH.png (layers and heads count from 1, as
 in the paper's "layer 5 of 6"), one per kind, layer and head. The weights
-come from the export's `attention` signature (--model) or the same graph
-code run on a checkpoint (--model_dir): a teacher-forced pass over the
-best translation. Needs matplotlib (pip install "tf_transformer[plot]").
+come from the export's `attention` signature, or from the same graph code
+run on a run's checkpoint (--model=RUN or --model_dir): a teacher-forced
+pass over the best translation.
 """
 
 import sys
@@ -22,8 +21,10 @@ from tf_transformer import plots
 
 FLAGS = flags.FLAGS
 KINDS = plots.KINDS
-flags.DEFINE_string("model", None, "An exported SavedModel (NAME/VERSION).")
-flags.DEFINE_string("model_dir", None, "Or a training run / averaged model.")
+flags.DEFINE_string("model", None, "A SavedModel version (NAME/VERSION) "
+                    "or a run directory; told apart by their files.")
+flags.DEFINE_string("model_dir", None, "Or a run: a training run or "
+                    "averaged model.")
 flags.DEFINE_string("sentence", None, "The source sentence.")
 flags.DEFINE_list("kind", ["encoder_decoder"], f"Any of {', '.join(KINDS)}.")
 flags.DEFINE_string("layers", "last", "Comma-separated layers from 1, "
@@ -53,5 +54,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-plot-attention`: parses the flags, then runs `main`."""
   command.run(main)

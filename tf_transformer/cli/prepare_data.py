@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Builds the shared SentencePiece vocabulary of a corpus and prints its
 statistics: pairs, tokens, length percentiles, pairs dropped and why.
 
@@ -58,5 +57,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-prepare-data`: parses the flags, then runs `main`."""
   command.run(main)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Scores given translations: the log-probability the model gives each
 target line for its source line (forced decoding), to rerank n-best lists,
 filter noisy parallel data, or compare models on the same references.
@@ -85,5 +84,6 @@ def main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-score`: parses the flags, then runs `main`."""
   command.run(main, tensorflow=False)

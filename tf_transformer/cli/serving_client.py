@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Translates sentences, one per line from stdin or --input, with a running
 TensorFlow Serving that serves an export of bin/export.py.
 
@@ -161,5 +160,6 @@ def _request(rest, server, rows, sides, start):
           for row, hypotheses in zip(rows, answers)]
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-serving-client`: parses the flags, then runs `main`."""
   command.run(main, tensorflow=False)

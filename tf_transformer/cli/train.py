@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 r"""Trains a Transformer (section 5) on one device, all GPUs of a machine, or
 several machines.
 
@@ -36,7 +35,7 @@ def main(argv):
   del argv
   stop = interruption.StopRequest().install()
   for error in train_flags.flag_errors():
-    return _fail(f"error: {error}", 1)
+    return command.refuse("train", error)
   command.import_tensorflow_quietly()  # after the flags are checked
   # pylint: disable=g-import-not-at-top
   from tf_transformer.run.runner import Runner
@@ -75,5 +74,6 @@ def _fail(message, status):
   return status
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-train`: parses the flags, then runs `main`."""
   command.run(main, tensorflow=False)

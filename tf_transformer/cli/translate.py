@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Translates sentences, one per line, from stdin or --input.
 
   echo "four hundred and twenty-one" | bin/translate.py --model=saved_models/numbers/1
-  bin/translate.py --model_dir=/tmp/numbers_avg --input=src.txt --output=out.txt
+  bin/translate.py --model=/tmp/numbers_avg --input=src.txt --output=out.txt
 
 With --nbest=N, each input gets N lines `INDEX ||| TRANSLATION ||| SCORE`.
 With --target_prefix=F (one prefix a line, line-aligned with the input; an
@@ -111,5 +110,6 @@ def _translated(translator, texts, first, progress, prefixes):
                       FLAGS.nbest > 1, FLAGS.show_scores, first - 1)
 
 
-if __name__ == "__main__":
+def run():
+  """`tf-transformer-translate`: parses the flags, then runs `main`."""
   command.run(main, tensorflow=False)

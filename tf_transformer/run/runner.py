@@ -37,10 +37,10 @@ from tf_transformer.serving.translator import Translator
 from tf_transformer.model import build_model
 from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import loading
+from tf_transformer.run import model_path
 from tf_transformer.run import run_config
 from tf_transformer.run import run_dir
 from tf_transformer.serving import ct2_export
-from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
@@ -301,15 +301,17 @@ class Runner:
 
 def open_translator(model=None, model_dir=None, ensemble_average="log_probs",
                     shortlist=None, **decoding) -> Translator:
-  """A translator over an export (`model`: a SavedModel version or a
-  CTranslate2 directory) or over a run (`model_dir`; a list of several
-  runs or checkpoints decodes as their ensemble, combined by
+  """A translator over `model` (an export: a SavedModel version or a
+  CTranslate2 directory; or a run) or over `model_dir` (a run; a list of
+  several runs or checkpoints decodes as their ensemble, combined by
   `ensemble_average`), exactly one of them. `decoding` (DecodingOptions
   fields; None = the config's) and `shortlist` (K, N: `Runner.export`'s)
   apply to a run only: an export's search is fixed. Raises ValueError,
   DataError (no shortlist table)."""
   if bool(model) == bool(model_dir):
     raise ValueError("pass exactly one of model and model_dir")
+  if model_path.is_run(model):
+    model, model_dir = None, model
   if model:
     given = [name for name, value in dict(decoding, shortlist=shortlist)
              .items() if value is not None]
@@ -327,9 +329,7 @@ def open_scorer(model, alignment=False, alignment_layer=None) -> Scorer:
   attention) over `model`: a SavedModel version, a CTranslate2 directory,
   or a run (a directory with config.json, its newest checkpoint). Raises
   FileNotFoundError or ValueError."""
-  # (A CTranslate2 directory has a config.json of its own.)
-  if (os.path.exists(os.path.join(model, run_dir.CONFIG))
-      and not ct2_runtime.is_ct2_model(model)):
+  if model_path.is_run(model):
     return Scorer.from_module(loading.translation_module(model), alignment,
                               alignment_layer)
   return Scorer.from_export(model, alignment, alignment_layer)
@@ -338,10 +338,13 @@ def open_scorer(model, alignment=False, alignment_layer=None) -> Scorer:
 def attention(sentence, model=None, model_dir=None) -> dict:
   """One sentence's translation, tokens and attention weights (numpy) from
   an export's `attention` signature (`model`) or the same graph code run on
-  a run (`model_dir`): a teacher-forced pass over the best translation."""
+  a run (`model_dir`, or `model` where it names a run): a teacher-forced
+  pass over the best translation."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if bool(model) == bool(model_dir):
     raise ValueError("pass exactly one of --model and --model_dir")
+  if model_path.is_run(model):
+    model, model_dir = None, model
   if model:
     import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
     function = tf.saved_model.load(model).signatures["attention"]

@@ -14,6 +14,7 @@ from tf_transformer.choices import DECODING_BOUNDS
 from tf_transformer.choices import METHODS
 from tf_transformer.data import corpora
 from tf_transformer.data.errors import DataError
+from tf_transformer.run import model_path
 
 DECODING_FLAGS = ("decoding", "beam_size", "alpha", "max_length_offset",
                   "temperature", "top_k", "top_p", "num_samples",
@@ -104,13 +105,13 @@ def shortlist(values=None):
 
 
 def define_flags():
-  flags.DEFINE_string("model", None, "An export: a SavedModel version "
-                      "(NAME/VERSION) or a CTranslate2 directory; told apart "
-                      "by their files.")
+  flags.DEFINE_string("model", None, "An export (a SavedModel version "
+                      "NAME/VERSION or a CTranslate2 directory) or a run "
+                      "directory; told apart by their files.")
   flags.DEFINE_multi_string(
-      "model_dir", None, "Or a training run / averaged model; repeated "
-      "(--model_dir=A --model_dir=B, runs or RUN/ckpt-N checkpoints of one "
-      "vocabulary), an ensemble of them.")
+      "model_dir", None, "Or runs: a training run or averaged model; "
+      "repeated (--model_dir=A --model_dir=B, runs or RUN/ckpt-N checkpoints "
+      "of one vocabulary), an ensemble of them.")
   define_batching_flags()
 
 
@@ -208,7 +209,7 @@ def batching(values=None):
 def check_model_flags(values=None):
   """What `make_translator` refuses before it loads anything (no
   TensorFlow): a UsageError unless exactly one of --model and --model_dir
-  is given, and decoding flags only with --model_dir."""
+  is given, and decoding flags only with a run."""
   values = values or flags.FLAGS
   if bool(values.model) == bool(values.model_dir):
     raise app.UsageError("pass exactly one of --model and --model_dir")
@@ -217,9 +218,9 @@ def check_model_flags(values=None):
   for name in ("ensemble_average", "shortlist"):
     if values[name].present:
       given.append(f"--{name}")
-  if values.model and given:
+  if values.model and given and not model_path.is_run(values.model):
     raise app.UsageError(f"{', '.join(given)}: the decoding is fixed in an "
-                         "export; re-export, or use --model_dir")
+                         "export; re-export, or pass the run")
 
 
 def make_translator(values=None):
