@@ -68,6 +68,22 @@ def test_three_parts_serialize_together_and_old_flat_files_load():
         {"training": {"d_model": 3}, "model": {}, "decoding": {}})
 
 
+def test_a_run_saved_with_a_removed_field_loads_unless_it_used_it():
+  """Release 0.1 saved `learning_rate_schedule` ("eq3" unless the budget
+  schedule was asked for): such a run loads as before; a budget run is
+  refused in one line, since resuming it on eq. 3 would change its rate."""
+  saved = config_lib.get_config("tiny").to_dict()
+  saved["training"]["learning_rate_schedule"] = "eq3"
+  assert config_lib.TransformerConfig.from_dict(saved) == (
+      config_lib.get_config("tiny"))
+  saved["training"]["learning_rate_schedule"] = "budget"
+  with pytest.raises(ValueError, match="learning_rate_schedule='budget': "
+                     "removed in release 1.0"):
+    config_lib.TransformerConfig.from_dict(saved)
+  with pytest.raises(ValueError, match="removed in release 1.0"):
+    config_lib.get_config("tiny", "learning_rate_schedule=budget")
+
+
 @pytest.mark.parametrize("overrides, message", [
     ("d_modle=3", "'d_modle' is not a config field"),
     ("d_model", "expected name=value"),

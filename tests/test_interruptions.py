@@ -135,7 +135,9 @@ def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
   assert (f"train: step 3: the update made weights or optimizer slots "
           f"non-finite (not saved); stopping. The last good checkpoint is "
           f"{model_dir}/ckpt-2") in exploded.stderr
+  assert "--allow_recipe_change" in exploded.stderr
   assert _saved_step(model_dir) == 2
+  assert not list(model_dir.glob("ckpt-3*"))  # never saved, not even part
   # The advice: the same weights, a lower learning rate.
   recovered = train("--train_steps=4", "--hparams=learning_rate_scale=0.5",
                     "--allow_recipe_change")

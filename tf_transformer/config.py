@@ -105,9 +105,6 @@ class TrainingConfig:
   adam_beta_2: float = 0.98
   adam_epsilon: float = 1e-9
   learning_rate_scale: float = 1.0
-  # "eq3" (section 5.3), or "budget": eq. 3's warm-up, then a linear decay
-  # to zero at the end of the run's budget (`training/schedule.py`).
-  learning_rate_schedule: str = "eq3"
   train_steps: int = 100000
   batch_tokens: int = 25000
   # Subword regularization (`data/token_store.py`): above 0, each epoch
@@ -124,8 +121,6 @@ class TrainingConfig:
                            "subword_samples"))
     if not 0.0 <= self.subword_alpha < 1.0:
       _fail(self, "subword_alpha", "must be in [0, 1)")
-    if self.learning_rate_schedule not in ("eq3", "budget"):
-      _fail(self, "learning_rate_schedule", "expected 'eq3' or 'budget'")
     if not 0.0 <= self.label_smoothing < 1.0:
       _fail(self, "label_smoothing", "must be in [0, 1)")
 
@@ -157,9 +152,20 @@ RUN_OPTIONS = {"xla_attention": "bin/train.py --xla_attention, "
                                 "Transformer(config, xla_attention=...)"}
 
 
+# Fields that release 1.0 removed, each with the one value a saved run may
+# hold: its run directory loads without it.
+REMOVED = {"learning_rate_schedule": "eq3"}
+
+
 def _by_part(values: dict) -> dict:
   """{part: {field: value}} of flat `values`; unknown names raise."""
-  values = {k: v for k, v in values.items() if k not in RUN_OPTIONS}
+  for name, kept in REMOVED.items():
+    if values.get(name, kept) != kept:
+      raise ValueError(f"{name}={values[name]!r}: removed in release 1.0 "
+                       f"(only {kept!r} remains); train a new run, or use "
+                       "release 0.1 for this one")
+  values = {k: v for k, v in values.items()
+            if k not in RUN_OPTIONS and k not in REMOVED}
   unknown = sorted(set(values) - set(FIELD_PART))
   if unknown:
     raise ValueError(f"unknown config field(s) {unknown}; known fields: "
@@ -213,7 +219,7 @@ class TransformerConfig:
       flat = {}
       for part, fields in values.items():
         flat.update(fields)
-        unknown = sorted(set(fields) - set(RUN_OPTIONS) - {
+        unknown = sorted(set(fields) - set(RUN_OPTIONS) - set(REMOVED) - {
             f.name for f in dataclasses.fields(PARTS[part])})
         if unknown:
           raise ValueError(f"unknown {part} config field(s) {unknown}")
@@ -316,6 +322,9 @@ def parse_overrides(overrides: str) -> dict:
     if name in RUN_OPTIONS:
       raise ValueError(f"hparam {name!r} is not a config field but a run "
                        f"option: {RUN_OPTIONS[name]}")
+    if name in REMOVED:
+      raise ValueError(f"hparam {name!r}: removed in release 1.0 (its "
+                       f"{REMOVED[name]!r} is the only behaviour left)")
     if name not in fields:
       raise ValueError(f"hparam {name!r} is not a config field; known fields:"
                        f" {sorted(fields)}")

@@ -9,19 +9,17 @@ MIXED_PRECISION = {None: "float32", "": "float32", "bfloat16":
                    "mixed_bfloat16", "float16": "mixed_float16"}
 
 
-def create_optimizer(config: TransformerConfig, mixed_precision=None,
-                     horizon=None):
+def create_optimizer(config: TransformerConfig, mixed_precision=None):
   """The paper's optimizer.
 
   Args:
     config: a `TransformerConfig`: Adam's settings and the schedule.
     mixed_precision: "float16" wraps it for dynamic loss scaling.
-    horizon: the budget schedule's horizon (`schedule.for_config`).
   Returns:
     A Keras optimizer.
   """
   optimizer = keras.optimizers.Adam(
-      schedule.for_config(config, horizon),
+      schedule.for_config(config),
       beta_1=config.training.adam_beta_1, beta_2=config.training.adam_beta_2,
       epsilon=config.training.adam_epsilon)
   if mixed_precision == "float16":

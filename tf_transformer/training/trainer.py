@@ -48,11 +48,6 @@ from tf_transformer.training.evaluator import Evaluator
 from tf_transformer.training.steps import DistributedSteps
 from tf_transformer.training.summaries import Summaries
 
-# The budget schedule's horizon is re-planned this often (steps), from the
-# step rate measured since this run's first step (`_plan_horizon`).
-REPLAN_STEPS = 50
-
-
 class DivergedError(RuntimeError):
   """Training went wrong in a way that more steps cannot mend; the run
   stops (bin/train.py: exit 3) naming the checkpoint to go back to."""
@@ -122,29 +117,21 @@ class Trainer:
     keras.utils.set_random_seed(options.seed)
     with strategy.scope():
       self.model = build_model(config, xla_attention=options.xla_attention)
-      # The budget schedule's last step, saved with checkpoints.
-      self.horizon = tf.Variable(float(config.training.train_steps),
-                                 trainable=False)
       self.optimizer = optimizer_lib.create_optimizer(
-          config, options.mixed_precision, self.horizon)
+          config, options.mixed_precision)
       self.optimizer.build(self.model.trainable_variables)
     self.steps = DistributedSteps(self.model, self.optimizer, strategy,
                                   config.training.label_smoothing, options)
     self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-    # The step rate the horizon was last planned from (0: not measured).
-    self.steps_per_second = tf.Variable(0.0, dtype=tf.float64,
-                                        trainable=False)
     self.checkpointer = Checkpointer(
         options.model_dir, options.keep_checkpoints,
         options.checkpoint_every_steps, options.checkpoint_every_secs,
         self.is_chief, strategy_lib.worker_id(strategy), model=self.model,
         optimizer=self.optimizer, epoch=self.epoch,
         batch_in_epoch=self.batch_in_epoch,
-        optional=dict(train_seconds=self.train_seconds,
-                      horizon=self.horizon,
-                      steps_per_second=self.steps_per_second))
+        optional=dict(train_seconds=self.train_seconds))
     self.summaries = Summaries(options.model_dir, enabled=self.is_chief)
     self.last_logged_loss = None  # the last progress line's
     self.evaluator = Evaluator(
@@ -245,8 +232,6 @@ class Trainer:
     self._iterator = self._train_iterator()
     self.steps.element_spec = self._iterator.element_spec[0]
     self._seconds_before = float(self.train_seconds.numpy())
-    self._rate_from = None  # (step, train seconds) after this run's first
-    self._plan_horizon(announce=True)
     window = np.zeros(5)
     window_start, window_steps = time.time(), 0
     run_start, start_step = time.time(), self.step
@@ -275,10 +260,6 @@ class Trainer:
         window, window_start, window_steps = np.zeros(5), time.time(), 0
       stopping = self._stop_agreed(stop)
       time_up = self._time_up(run_start)
-      if self._rate_from is None:  # its tracing is not the rate's
-        self._rate_from = (step, float(self.train_seconds.numpy()))
-      elif step % REPLAN_STEPS == 0:
-        self._plan_horizon()
       evaluating = bool(o.eval_every_steps) and (
           step % o.eval_every_steps == 0) and not stopping
       if stopping or time_up or evaluating or self.checkpointer.due(step):
@@ -332,51 +313,6 @@ class Trainer:
 
   def _minutes(self):
     return float(self.train_seconds.numpy()) / 60
-
-  def _plan_horizon(self, announce=False):
-    """Re-plans the budget schedule's horizon (`schedule.planned_horizon`):
-    `train_steps`, or under --train_minutes the step the rate measured
-    since this run's first step (else the rate saved with the checkpoint)
-    reaches by the deadline. A run resumed with a larger budget is so
-    re-planned as if that budget had been its plan from the start. Every
-    worker takes the chief's plan. Logged with `announce`, and when the
-    horizon moves by 5% or more."""
-    training = self.config.training
-    if training.learning_rate_schedule != "budget":
-      return
-    seconds = float(self.train_seconds.numpy())
-    if self._rate_from is not None and self.step > self._rate_from[0]:
-      start_step, start_seconds = self._rate_from
-      self.steps_per_second.assign(
-          (self.step - start_step) / max(seconds - start_seconds, 1e-9))
-    budget = self.options.train_minutes
-    horizon = schedule.planned_horizon(
-        self.step, training.train_steps,
-        budget * 60 - seconds if budget else None,
-        float(self.steps_per_second.numpy()))
-    horizon = self._chief_value(float(horizon))
-    rate = float(self.steps_per_second.numpy())
-    if announce or abs(horizon - float(self.horizon.numpy())) >= (
-        0.05 * horizon):
-      logging.info(
-          "learning rate: eq. 3's warm-up, then linear decay to 0 at step "
-          "%d (%s)", horizon,
-          f"{rate:.3g} steps/s until --train_minutes are up, re-planned "
-          f"every {REPLAN_STEPS} steps" if budget and rate else
-          "--train_steps" if not budget else
-          f"--train_steps until a step rate is measured at step "
-          f"{REPLAN_STEPS}")
-    self.horizon.assign(horizon)
-
-  def _chief_value(self, value):
-    """`value` as the chief worker has it (under
-    MultiWorkerMirroredStrategy; elsewhere `value`)."""
-    if not isinstance(self.strategy,
-                      tf.distribute.MultiWorkerMirroredStrategy):
-      return value
-    chief = [value, 1.0] if self.is_chief else [0.0, 0.0]
-    total = self._over_workers(chief).numpy()
-    return float(total[0] / total[1])
 
   def _time_up(self, run_start):
     """Counts this run's time into `train_seconds` (saved with checkpoints);
@@ -437,7 +373,7 @@ class Trainer:
     loss = loss_sum / max(tokens, 1.0)
     # The rate the logged update used (the optimizer already points at the
     # next one).
-    learning_rate = float(schedule.for_config(self.config, self.horizon)(
+    learning_rate = float(schedule.for_config(self.config)(
         step - 1))
     tokens_per_sec = (tokens + source_tokens) / max(seconds, 1e-9)
     self.last_logged_loss = loss
