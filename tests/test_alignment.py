@@ -90,7 +90,3 @@ def test_lines_and_exports_that_cannot_align():
   assert aligned_lines([("ein Hund\nläuft", -0.51234, "0-0 1-1 1-2")],
                        show_scores=True) == [
                            "-0.5123\tein Hund läuft ||| 0-0 1-1 1-2"]
-  translator = Translator(None, 1)  # no align_fn
-  with pytest.raises(ValueError, match="--alignment: this export has no "
-                     "alignment signature"):
-    translator.translate_aligned(["a"])

@@ -359,6 +359,13 @@ def test_alignments_from_the_chosen_layer_averaged_over_heads(trained,
                      "again"):
     CT2Decoder(path).aligned(sources)
   assert CT2Decoder(path).nbest(sources[:2])  # and still translates
+  # Decoding options under the names of a release before 1.0: refused.
+  saved["decoding"]["alpha"] = saved["decoding"].pop("length_penalty_alpha")
+  settings.write_text(json.dumps(saved))
+  with pytest.raises(ValueError, match=r"ct2: an export of a release before "
+                     r"1\.0 \(its tf_transformer.json has alpha\): export "
+                     "it again"):
+    CT2Decoder(path)
 
 
 def test_scorer_gives_what_the_savedmodel_signature_gives(trained, tmp_path):

@@ -172,18 +172,6 @@ def test_options_come_from_the_config():
   assert isinstance(base, type(get_config("base").decoding))
 
 
-def test_options_saved_under_older_names_still_load():
-  """CTranslate2 exports written before the rename saved alpha and
-  max_length_offset; they must still open."""
-  saved = dataclasses.asdict(DecodingOptions(length_penalty_alpha=0.3))
-  assert DecodingOptions.from_dict(saved) == DecodingOptions(
-      length_penalty_alpha=0.3)
-  old = {"method": "beam", "beam_size": 5, "alpha": 0.2,
-         "max_length_offset": 7}
-  assert DecodingOptions.from_dict(old) == DecodingOptions(
-      beam_size=5, length_penalty_alpha=0.2, max_decode_length_offset=7)
-
-
 @pytest.mark.parametrize("method", ["beam", "greedy", "sample"])
 def test_an_empty_batch_gives_empty_nbest_lists(model, method):
   options = DecodingOptions(method=method, num_samples=2)

@@ -228,7 +228,9 @@ def test_length_batches_hold_their_budget_and_results_keep_input_order():
 
   sources = ["a b c", "a", "a b c d e f g", "a b", "a b c d"]
   targets = ["x", "x y z w", "x y", "x y z", "x"]
-  scorer = Scorer(batch_fn)  # no counter: whitespace words + 1
+  # Counted as whitespace words (+ 1 for EOS, as `token_lengths` adds).
+  scorer = Scorer(batch_fn, lambda texts: ([len(t.split()) for t in texts],
+                                           100))
   results = scorer.score(sources, targets, batch_tokens=10)
   assert [r[0] for r in results] == [-1.0, -4.0, -2.0, -3.0, -1.0]
   lengths = [[max(len(s.split()), len(t.split())) + 1 for s, t in batch]
@@ -253,13 +255,20 @@ def test_length_batches_score_as_file_order(exported):
     assert total == pytest.approx(want_total, abs=1e-4)
 
 
-def test_an_export_without_forced_alignment_is_asked_to_export_again(
+def test_an_export_of_an_earlier_release_is_asked_to_export_again(
     trained_numbers_run, tmp_path):
+  """A SavedModel without every signature of release 1.0 (as 0.1's
+  development versions wrote before `forced_alignment` or `alignment`
+  existed) is refused by name, by the translator and the scorer alike."""
   from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
+  from tf_transformer.serving.translator import Translator  # pylint: disable=g-import-not-at-top
   module = loading.translation_module(str(trained_numbers_run))
   path = str(tmp_path / "before")
-  tf.saved_model.save(module, path, signatures={"score": module.score})
-  assert Scorer.from_export(path).score(["seven"], ["sieben"])[0][0] < 0
-  with pytest.raises(ValueError, match="has no forced_alignment signature "
-                     r"\(exported before it existed\): export it again"):
-    Scorer.from_export(path, alignment=True)
+  tf.saved_model.save(module, path, signatures={
+      "score": module.score, "nbest": module.nbest})
+  for load in (Scorer.from_export, Translator.from_export):
+    with pytest.raises(ValueError, match=r"before: an export of a release "
+                       r"before 1\.0 \(it has no serving_default, ids, "
+                       r"translate_with_prefix, attention, alignment, "
+                       r"forced_alignment\): export it again"):
+      load(path)

@@ -100,36 +100,6 @@ def test_alignment_lines_from_an_export_and_a_checkpoint(models,
       assert {t for _, t in pairs} == set(range(len(translation.split())))
 
 
-def test_exports_before_the_alignment_signature(models, tmp_path):
-  """An export of the day before the `alignment` signature aligns through
-  `attention` (with its score) alike; an older one, whose `attention` has
-  no score, is refused with the advice to export again."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
-  module = loading.translation_module(str(models[0]))
-  text = tf.TensorSpec([None], tf.string)
-
-  @tf.function(input_signature=[text], autograph=False)
-  def unscored(text):
-    return {k: v for k, v in module.attention(text).items() if k != "score"}
-
-  paths = {}
-  for name, attention in (("12-01", module.attention), ("older", unscored)):
-    paths[name] = str(tmp_path / name)
-    tf.saved_model.save(module, paths[name], signatures={
-        "nbest": module.nbest, "attention": attention})
-  now = Translator.from_module(module).translate_aligned(SOURCES)
-  day_before = Translator.from_saved_model(
-      paths["12-01"]).translate_aligned(SOURCES)
-  assert [(t, p) for t, _, p in day_before] == [(t, p) for t, _, p in now]
-  np.testing.assert_allclose([s for _, s, _ in day_before],
-                             [s for _, s, _ in now], rtol=1e-6)
-  with pytest.raises(ValueError, match=r"--alignment: .*older has no "
-                     r"alignment signature \(exported before alignments "
-                     r"existed\): export it again"):
-    Translator.from_saved_model(paths["older"]).translate_aligned(SOURCES)
-
-
 def test_length_batches_fit_the_token_budget():
   lengths = [3, 9, 4, 9, 2, 30, 5, 5]
   batches = length_batches(lengths, batch_tokens=20, max_sentences=3)
@@ -178,7 +148,8 @@ def test_translations_come_back_in_input_order_from_length_batches():
   def prefix_fn(texts, prefixes):
     return [f"{p}|{t}".encode() for t, p in zip(texts, prefixes)], [0.0] * len(texts)
   texts = ["a b c d e", "a", "a b c", "a b", "a b c d e f g"]
-  translator = Translator(nbest_fn, 1, prefix_fn=prefix_fn)
+  words = lambda texts: ([len(t.split()) for t in texts], 100)
+  translator = Translator(nbest_fn, 1, words, prefix_fn, align_fn=None)
   results = translator.translate(texts, batch_size=2, batch_tokens=8)
   assert [r[0][0] for r in results] == texts
   assert all(len(batch) <= 2 for batch in seen)
@@ -323,6 +294,19 @@ def test_paper_bleu_splits_compounds():
   assert scores["exact_match"] == 0.5 and 0 < scores["bleu"] < 100
 
 
+def test_model_takes_a_run_as_well_as_an_export(models):
+  """`--model` names an export or a run in every command: translate.py
+  --model=RUN decodes as --model_dir=RUN does, decoding flags included."""
+  model_dir, _ = models
+  by_model, by_model_dir = (
+      run_script("translate.py", f"--{flag}={model_dir}", "--beam_size=2",
+                 "--show_scores", input_text="seven\nforty-two\n")
+      for flag in ("model", "model_dir"))
+  assert by_model.returncode == 0, by_model.stderr[-2000:]
+  assert by_model.stdout == by_model_dir.stdout
+  assert len(by_model.stdout.splitlines()) == 2
+
+
 def test_usage_errors(models, tmp_path):
   model_dir, exported = models
   helped = run_script("translate.py", "--help")
@@ -336,12 +320,23 @@ def test_usage_errors(models, tmp_path):
   fixed = run_script("translate.py", f"--model={exported}", "--beam_size=8",
                      input_text="seven\n")
   assert "fixed in an export" in fixed.stderr
+  unknown = run_script("translate.py", "--no_such_flag")
+  two_lines = [both, fixed, unknown]
   for bad in ("--alpha=-1", "--max_length_offset=0", "--beam_size=0",
               "--alignment_layer=2", "--alignment --nbest=2"):
     refused = run_script("translate.py", f"--model_dir={model_dir}",
                          *bad.split(), input_text="seven\n")
     flag = bad.split("=")[0].split()[0]
     assert refused.returncode != 0 and flag in refused.stderr, bad
+    if "=" in bad:  # absl's validators
+      two_lines.append(refused)
+  # A refused flag or combination answers as an unknown flag does: two
+  # lines, status 1, not the whole --help.
+  for refused in two_lines:
+    lines = refused.stderr.splitlines()
+    assert refused.returncode == 1 and len(lines) == 2, refused.stderr
+    assert lines[0].startswith("translate: error: "), lines
+    assert lines[1] == "Pass --help to see the flags of translate.", lines
   source, reference = tmp_path / "s.txt", tmp_path / "r.txt"
   source.write_text("a\nb\n")
   reference.write_text("x\n")

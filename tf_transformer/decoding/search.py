@@ -42,8 +42,6 @@ from tf_transformer.special_ids import EOS_ID, PAD_ID
 # Source and prefix lengths are padded to multiples of this under XLA (one
 # compiled search per multiple and batch size, not one per request).
 LENGTH_BUCKET = 16
-_OLD_NAMES = {"alpha": "length_penalty_alpha",
-              "max_length_offset": "max_decode_length_offset"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,17 +81,6 @@ class DecodingOptions(DecodingConfig):
     """The config's decoding part, then `overrides` that are not None."""
     values = dataclasses.asdict(config.decoding)
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return cls(**values)
-
-  @classmethod
-  def from_dict(cls, values):
-    """Options saved with `dataclasses.asdict`, also under the names exports
-    written before the options shared the config's (alpha,
-    max_length_offset)."""
-    values = dict(values)
-    for old, new in _OLD_NAMES.items():
-      if old in values:
-        values[new] = values.pop(old)
     return cls(**values)
 
   @property

@@ -44,6 +44,7 @@ test suite's numbers models in tests/test_ct2_export.py):
   and its beams may rank differently.
 """
 
+import dataclasses
 import json
 import os
 
@@ -114,7 +115,13 @@ class CT2Decoder:
                               f"{MODEL_FILE})")
     with open(os.path.join(path, DECODING_FILE), encoding="utf-8") as f:
       saved = json.load(f)
-    self.options = DecodingOptions.from_dict(saved["decoding"])
+    unknown = set(saved["decoding"]) - {
+        field.name for field in dataclasses.fields(DecodingOptions)}
+    if unknown:
+      raise ValueError(f"{path}: an export of a release before 1.0 (its "
+                       f"{DECODING_FILE} has {', '.join(sorted(unknown))}): "
+                       "export it again")
+    self.options = DecodingOptions(**saved["decoding"])
     self.max_input_tokens = saved["max_input_tokens"]
     # The decoder layer (from 1) whose heads-averaged attention CTranslate2
     # returns; None in exports made before alignments (it returns the last

@@ -11,6 +11,7 @@ from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.serving import ct2_runtime
 from tf_transformer.serving.output import score_rows
 from tf_transformer.serving.translator import counter_of
+from tf_transformer.serving.translator import load_saved_model
 from tf_transformer.serving.translator import string_batch
 from tf_transformer.serving.translator import token_lengths
 
@@ -25,11 +26,10 @@ class Scorer:
     batch_fn: (sources, targets) -> [(log_prob, [token log-probs])], or
       with alignments [(log_prob, [token log-probs], pairs)].
     count_fn: texts -> (subwords per text, the input limit), for batches
-      of pairs of like length (`translator.token_lengths`); None:
-      whitespace words.
+      of pairs of like length (`translator.token_lengths`).
   """
 
-  def __init__(self, batch_fn, count_fn=None):
+  def __init__(self, batch_fn, count_fn):
     self._batch_fn = batch_fn  # (sources, targets) -> [(total, tokens)]
     self._count_fn = count_fn
 
@@ -63,15 +63,10 @@ class Scorer:
           f"{path}: neither a SavedModel version (saved_model.pb), a "
           f"CTranslate2 model ({ct2_runtime.MODEL_FILE}) nor a run "
           "directory (config.json)")
-    import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
-    loaded = tf.saved_model.load(path)
+    loaded = load_saved_model(path)
     name = "forced_alignment" if alignment else "score"
-    if name not in loaded.signatures:
-      raise ValueError(f"{path} has no {name} signature (exported before "
-                       "it existed): export it again")
-    counts = getattr(loaded, "count_input_tokens", None)
     return cls(_rows(loaded.signatures[name], alignment, alignment_layer),
-               counts and counter_of(counts))
+               counter_of(loaded.count_input_tokens))
 
   @classmethod
   def from_module(cls, module, alignment=False, alignment_layer=None):

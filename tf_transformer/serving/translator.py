@@ -5,7 +5,6 @@ bin/translate.py, bin/evaluate.py and the main job share."""
 import tensorflow as tf
 
 from tf_transformer.data.text_batches import batch_indices, in_input_order
-from tf_transformer.data.text_batches import word_lengths
 from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
 
@@ -17,27 +16,20 @@ class Translator:
   Args:
     nbest_fn: texts -> (translations [n, nbest] bytes, scores [n, nbest]).
     nbest_size: the hypotheses `nbest_fn` gives a text.
-    count_fn: texts -> (subwords per text, the input limit), or None where
-      the export cannot count them.
-    prefix_fn: (texts, prefixes) -> (best translations, their scores), or
-      None where the export has no `translate_with_prefix`.
+    count_fn: texts -> (subwords per text, the input limit).
+    prefix_fn: (texts, prefixes) -> (best translations, their scores).
     align_fn: (texts, decoder layer from 1 or None) -> [(translation,
-      score, Pharaoh pairs)], one a text (from the `alignment` signature, or
-      `attention`, which holds the same; or `CT2Decoder.aligned`), or None
-      where the export cannot align.
-    cannot_align: why not, where `align_fn` is None.
+      score, Pharaoh pairs)], one a text (from the `alignment` signature or
+      `CT2Decoder.aligned`).
   """
 
-  def __init__(self, nbest_fn, nbest_size, count_fn=None, prefix_fn=None,
-               align_fn=None, cannot_align="this export has no "
-               "alignment signature"):
+  def __init__(self, nbest_fn, nbest_size, count_fn, prefix_fn, align_fn):
     self._nbest_fn = nbest_fn
     self.nbest_size = nbest_size
     self._count_fn = count_fn  # texts -> (subwords per text, input limit)
     # (texts, prefixes) -> (best translations, their scores)
     self._prefix_fn = prefix_fn
     self._align_fn = align_fn
-    self._cannot_align = cannot_align
 
   @classmethod
   def from_export(cls, path, compute_type="default"):
@@ -69,27 +61,15 @@ class Translator:
   @classmethod
   def from_saved_model(cls, path):
     """A translator over a SavedModel version directory's signatures
-    (`nbest`, and where the export has them `count_input_tokens` and
-    `translate_with_prefix`)."""
-    import tensorflow_text  # noqa: F401  pylint: disable=unused-import
-    loaded = tf.saved_model.load(path)
+    (`nbest`, `translate_with_prefix`, `alignment`) and its
+    `count_input_tokens`."""
+    loaded = load_saved_model(path)
     nbest = loaded.signatures["nbest"]
     nbest_size = int(nbest.structured_outputs["scores"].shape[-1])
-    # Exports before count_input_tokens existed cannot say what they cut.
-    counts = getattr(loaded, "count_input_tokens", None)
-    prefix = loaded.signatures.get("translate_with_prefix")
-    # The `alignment` signature, or in exports of 2026-12-01 (before it)
-    # `attention` with its score; older exports cannot align.
-    attention = loaded.signatures.get("alignment")
-    if attention is None:
-      attention = loaded.signatures.get("attention")
-      if attention is not None and "score" not in attention.structured_outputs:
-        attention = None
-    return cls(_nbest_fn(nbest), nbest_size, counts and counter_of(counts),
-               prefix and _prefix_fn(prefix),
-               _align_fn(attention) if attention is not None else None,
-               f"{path} has no alignment signature (exported before "
-               "alignments existed): export it again")
+    return cls(_nbest_fn(nbest), nbest_size,
+               counter_of(loaded.count_input_tokens),
+               _prefix_fn(loaded.signatures["translate_with_prefix"]),
+               _align_fn(loaded.signatures["alignment"]))
 
   @classmethod
   def from_module(cls, module):
@@ -110,10 +90,6 @@ class Translator:
     """translate's search with prefixes: (batch, indices into `texts`) ->
     (translations, scores), one a text. Raises ValueError naming the flag
     where prefixes cannot be used."""
-    if self._prefix_fn is None:
-      raise ValueError("--target_prefix: this export has no "
-                       "translate_with_prefix signature (exported before it "
-                       "existed): export it again")
     if nbest != 1:
       raise ValueError(f"--nbest={nbest} with --target_prefix: a prefix "
                        "gives one translation a line")
@@ -147,7 +123,7 @@ class Translator:
           f"{_lines(empty, shown)} of {name} {_are(empty)} empty; "
           f"{_their(empty)} translation is whatever the model says for "
           "nothing")
-    if self._count_fn and texts:
+    if texts:
       counts, limit = subword_counts(self._count_fn, texts)
       cut = [(i, n) for i, n in enumerate(counts, first) if n > limit]
       if cut:
@@ -208,8 +184,6 @@ class Translator:
       alignment as Pharaoh pairs "i-j" of source and translation words.
       Raises ValueError naming --alignment where the export cannot align.
     """
-    if self._align_fn is None:
-      raise ValueError(f"--alignment: {self._cannot_align}")
     return self._in_batches(
         texts, batch_size, batch_tokens,
         lambda indices: self._align_fn([texts[i] for i in indices], layer),
@@ -228,18 +202,35 @@ class Translator:
     Args:
       texts: the input lines.
     Returns:
-      Its subwords, cut to the input limit, plus EOS (whitespace words
-      where an old export cannot count subwords), a text.
+      Its subwords, cut to the input limit, plus EOS, a text.
     """
     return token_lengths(self._count_fn, texts)
+
+
+# What every SavedModel of release 1.0 holds: signatures, and functions.
+SIGNATURES = ("serving_default", "nbest", "ids", "translate_with_prefix",
+              "score", "attention", "alignment", "forced_alignment")
+FUNCTIONS = ("count_input_tokens", "source_ids")
+
+
+def load_saved_model(path):
+  """The SavedModel version directory `path`, loaded (with the SentencePiece
+  ops), once it holds every signature and function of `SIGNATURES` and
+  `FUNCTIONS`; ValueError naming what an older export lacks."""
+  import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+  loaded = tf.saved_model.load(path)
+  missing = [name for name in SIGNATURES if name not in loaded.signatures]
+  missing += [name for name in FUNCTIONS if not hasattr(loaded, name)]
+  if missing:
+    raise ValueError(f"{path}: an export of a release before 1.0 (it has no "
+                     f"{', '.join(missing)}): export it again")
+  return loaded
 
 
 def token_lengths(count_fn, texts):
   """Each text's length as a model reads it: its subwords, cut to the
   input limit, plus EOS (`count_fn`: texts -> (subwords per text, the
-  limit), or None for an export too old to count: whitespace words + 1)."""
-  if count_fn is None:
-    return word_lengths(texts)
+  limit))."""
   counts, limit = subword_counts(count_fn, texts)
   return [min(n, limit) + 1 for n in counts]
 
