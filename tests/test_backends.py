@@ -25,8 +25,12 @@ BACKENDS = ["jax", "torch"]
 
 
 def _under(backend, *args, timeout=900):
+  # benchmarks/ on the path: the measuring tools' library, `bench`.
   env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
-             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
+             PYTHONPATH=os.pathsep.join(filter(None, [
+                 os.path.join(REPO, "benchmarks"),
+                 os.environ.get("PYTHONPATH")])))
   return subprocess.run([sys.executable, *args], capture_output=True,
                         text=True, timeout=timeout, env=env, cwd=REPO)
 
