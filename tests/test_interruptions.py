@@ -12,7 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from test_train_script import _env, _free_ports, _train_command
+from test_train_script import _env, _free_ports, _train, _train_command
 
 LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
         "--eval_every_steps=0", "--log_every_steps=1"]
@@ -48,9 +48,7 @@ def test_sigterm_saves_at_the_next_step_and_a_second_run_is_refused(
   model_dir, log = tmp_path / "run", tmp_path / "first.log"
   first = _start(model_dir, log, *LONG)
   _wait_for_step(log, 5)
-  second = subprocess.run(_train_command(model_dir, *LONG),
-                          capture_output=True, text=True, env=_env(),
-                          timeout=300)
+  second = _train(model_dir, *LONG)
   assert second.returncode == 4, second.stderr[-3000:]
   assert (f"train: error: {model_dir} is in use by another training run (pid "
           f"{first.pid} on host ") in second.stderr
@@ -68,9 +66,7 @@ def test_sigterm_saves_at_the_next_step_and_a_second_run_is_refused(
   assert "SIGTERM received: stopping after this step" in open(log).read()
   assert (model_dir / "train.lock").read_text() == ""  # released
 
-  resumed = subprocess.run(
-      _train_command(model_dir, *LONG[1:], f"--train_steps={saved + 2}"),
-      capture_output=True, text=True, env=_env(), timeout=300)
+  resumed = _train(model_dir, *LONG[1:], f"--train_steps={saved + 2}")
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"resumed from {model_dir}/ckpt-{saved} at step {saved} " in \
       resumed.stderr
@@ -120,9 +116,7 @@ def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
   args = ["--checkpoint_every_steps=1", "--eval_every_steps=0"]
 
   def train(*more):
-    return subprocess.run(_train_command(model_dir, *args, *more),
-                          capture_output=True, text=True, env=_env(),
-                          timeout=300)
+    return _train(model_dir, *args, *more)
 
   assert train("--train_steps=2").returncode == 0
   refused = train("--train_steps=4", "--hparams=learning_rate_scale=1e45")

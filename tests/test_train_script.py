@@ -33,6 +33,13 @@ def _env():
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
+def _train(model_dir, *args, timeout=300):
+  """bin/train.py on the tiny numbers task, run to its end
+  (`conftest.run_script`)."""
+  return run_script("train.py", f"--model_dir={model_dir}", *TINY, *args,
+                    timeout=timeout)
+
+
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
   model_dir = tmp_path / "run"
   args = ["--train_steps=400", "--checkpoint_every_steps=5",
@@ -56,9 +63,8 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
   assert slots, "optimizer slots are checkpointed"
   slot_value = reader.get_tensor(slots[0])
 
-  resumed = subprocess.run(
-      _train_command(model_dir, *args[1:], f"--train_steps={saved_step + 3}"),
-      capture_output=True, text=True, env=_env(), timeout=600)
+  resumed = _train(model_dir, *args[1:], f"--train_steps={saved_step + 3}",
+                   timeout=600)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"at step {saved_step} " in resumed.stderr
   # The killed run's lock is stale: taken over, and said so.
@@ -129,10 +135,7 @@ def test_tensorboard_has_every_tag_and_the_average_loads(tmp_path):
       f"--model_dir={model_dir}", "--train_steps=6", "--eval_every_steps=3",
       "--log_every_steps=3", "--checkpoint_every_steps=2",
       "--keep_checkpoints=3", "--average_checkpoints=3"]))
-  result = subprocess.run(
-      [sys.executable, os.path.join(REPO, "bin", "train.py"),
-       f"--flagfile={flagfile}"], capture_output=True, text=True, env=_env(),
-      timeout=600)
+  result = run_script("train.py", f"--flagfile={flagfile}", timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "trained to step 6" in result.stdout
   train_tags = _tags(model_dir / "train")
