@@ -1,7 +1,7 @@
-"""Every public layer: serialization, output shape, eager = graph = XLA,
-mixed precision; and the masking and attention maths."""
+"""The layers' maths: eq. 1 and 2, positions, masks and embeddings. (Every
+public layer's Keras conventions, serialization to XLA and dtype policies,
+are tests/test_layer_conventions.py's.)"""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,104 +18,6 @@ def _inputs(shape, seed=0):
 
 def _padding(lengths, length):
   return tf.sequence_mask(lengths, length)
-
-
-# (layer factory, call arguments) for the generic test.
-CASES = {
-    "ScaledDotProductAttention": (
-        lambda: layers.ScaledDotProductAttention(),
-        lambda: (_inputs([B, 2, T, 4]), _inputs([B, 2, S, 4], 1),
-                 _inputs([B, 2, S, 4], 2),
-                 masks.key_padding_mask(_padding([S, 3], S)))),
-    "MultiHeadAttention": (
-        lambda: layers.MultiHeadAttention(num_heads=4, d_k=4, d_v=6),
-        lambda: (_inputs([B, T, D]), _inputs([B, S, D], 1),
-                 masks.key_padding_mask(_padding([S, 3], S)))),
-    "PositionwiseFeedForward": (
-        lambda: layers.PositionwiseFeedForward(d_ff=32),
-        lambda: (_inputs([B, T, D]),)),
-    "SharedEmbedding": (
-        lambda: layers.SharedEmbedding(vocab_size=11, d_model=D),
-        lambda: (tf.constant([[1, 2, 3], [4, 5, 0]]),)),
-    "SinusoidalPositionalEncoding": (
-        lambda: layers.SinusoidalPositionalEncoding(),
-        lambda: (_inputs([B, T, D]),)),
-    "LearnedPositionalEmbedding": (
-        lambda: layers.LearnedPositionalEmbedding(max_length=9),
-        lambda: (_inputs([B, T, D]),)),
-    "ResidualNorm": (
-        lambda: layers.ResidualNorm(dropout_rate=0.1),
-        lambda: (_inputs([B, T, D]), _inputs([B, T, D], 1))),
-    "EncoderLayer": (
-        lambda: layers.EncoderLayer(num_heads=4, d_ff=32),
-        lambda: (_inputs([B, T, D]), _padding([T, 2], T))),
-    "Encoder": (
-        lambda: layers.Encoder(num_layers=2, num_heads=4, d_ff=32,
-                               norm_position="pre"),
-        lambda: (_inputs([B, T, D]), _padding([T, 2], T))),
-    "DecoderLayer": (
-        lambda: layers.DecoderLayer(num_heads=4, d_ff=32),
-        lambda: (_inputs([B, T, D]), _inputs([B, S, D], 1),
-                 masks.causal_mask(T),
-                 masks.key_padding_mask(_padding([S, 3], S)))),
-    "Decoder": (
-        lambda: layers.Decoder(num_layers=2, num_heads=4, d_ff=32),
-        lambda: (_inputs([B, T, D]), _inputs([B, S, D], 1),
-                 _padding([T, 3], T), _padding([S, 3], S))),
-}
-EXPECTED_SHAPES = {
-    "ScaledDotProductAttention": [(B, 2, T, 4), (B, 2, T, S)],
-    "MultiHeadAttention": [(B, T, D)],
-    "SharedEmbedding": [(B, 3, D)],
-}
-
-
-def _first(outputs):
-  return outputs[0] if isinstance(outputs, tuple) else outputs
-
-
-def _as_list(outputs):
-  return list(outputs) if isinstance(outputs, tuple) else [outputs]
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_layer_generic(name):
-  make, arguments = CASES[name]
-  layer, args = make(), arguments()
-  eager = _as_list(layer(*args))
-  expected = EXPECTED_SHAPES.get(name, [(B, T, D)])
-  assert [tuple(o.shape) for o in eager] == expected
-
-  # Config round trip, through Keras' own (safe) serialization.
-  restored = keras.saving.deserialize_keras_object(
-      keras.saving.serialize_keras_object(layer))
-  assert type(restored) is type(layer)
-  assert restored.get_config() == layer.get_config()
-  restored(*args)
-  restored.set_weights(layer.get_weights())
-  for a, b in zip(_as_list(restored(*args)), eager):
-    np.testing.assert_allclose(a, b, atol=1e-6)
-
-  # Eager, graph and XLA agree.
-  graph = _as_list(tf.function(lambda *a: layer(*a))(*args))
-  jit = _as_list(tf.function(lambda *a: layer(*a), jit_compile=True)(*args))
-  for g, j, e in zip(graph, jit, eager):
-    np.testing.assert_allclose(g, e, atol=1e-5)
-    np.testing.assert_allclose(j, e, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_layer_mixed_precision(name):
-  keras.mixed_precision.set_global_policy("mixed_bfloat16")
-  make, arguments = CASES[name]
-  layer = make()
-  args = [tf.cast(a, tf.bfloat16) if a.dtype == tf.float32 else a
-          for a in arguments()]
-  output = _first(layer(*args))
-  assert output.dtype == tf.bfloat16
-  assert bool(tf.reduce_all(tf.math.is_finite(tf.cast(output, tf.float32))))
-  for weight in layer.weights:
-    assert weight.dtype == "float32"
 
 
 def test_attention_is_equation_1():
