@@ -1,5 +1,7 @@
 """Config: presets, derived d_k/d_v, overrides, clear errors."""
 
+import json
+
 import pytest
 
 from tf_transformer import config as config_lib
@@ -70,18 +72,26 @@ def test_three_parts_serialize_together_and_old_flat_files_load():
 
 def test_a_run_saved_with_a_removed_field_loads_unless_it_used_it():
   """Release 0.1 saved `learning_rate_schedule` ("eq3" unless the budget
-  schedule was asked for): such a run loads as before; a budget run is
-  refused in one line, since resuming it on eq. 3 would change its rate."""
+  schedule was asked for) and `subword_alpha` (0.0 unless subword
+  regularization was): such a run loads as before; one that used either is
+  refused in one line, since resuming it without would change its recipe."""
   saved = config_lib.get_config("tiny").to_dict()
   saved["training"]["learning_rate_schedule"] = "eq3"
   assert config_lib.TransformerConfig.from_dict(saved) == (
       config_lib.get_config("tiny"))
-  saved["training"]["learning_rate_schedule"] = "budget"
-  with pytest.raises(ValueError, match="learning_rate_schedule='budget': "
-                     "removed in release 1.0"):
-    config_lib.TransformerConfig.from_dict(saved)
-  with pytest.raises(ValueError, match="removed in release 1.0"):
-    config_lib.get_config("tiny", "learning_rate_schedule=budget")
+  saved["training"].update(subword_alpha=0.0, subword_samples=8)
+  assert config_lib.TransformerConfig.from_dict(saved) == (
+      config_lib.get_config("tiny"))
+  for name, value in (("learning_rate_schedule", "budget"),
+                      ("subword_alpha", 0.1)):
+    changed = json.loads(json.dumps(saved))
+    changed["training"][name] = value
+    with pytest.raises(ValueError, match=f"{name}={value!r}: removed in "
+                       "release 1.0"):
+      config_lib.TransformerConfig.from_dict(changed)
+    with pytest.raises(ValueError, match=f"hparam '{name}': removed in "
+                       "release 1.0"):
+      config_lib.get_config("tiny", f"{name}={value}")
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -89,8 +99,6 @@ def test_a_run_saved_with_a_removed_field_loads_unless_it_used_it():
     ("d_model", "expected name=value"),
     ("d_model=big", "hparam d_model='big'"),
     ("dropout_rate=1.5", "dropout_rate=1.5: must be in [0, 1)"),
-    ("subword_alpha=1.0", "subword_alpha=1.0: must be in [0, 1)"),
-    ("subword_samples=0", "subword_samples=0: must be a positive integer"),
     ("num_heads=7", "num_heads=7: must divide d_model=512"),
     ("norm_position=middle", "norm_position='middle'"),
     ("share_embeddings=perhaps", "expected true or false"),

@@ -62,8 +62,8 @@ def test_the_dev_and_training_pipelines_have_no_autotuning():
 
 
 class _FixedBatches:
-  """The interface `_stream` reads: `epoch_sizes` and `batch()`."""
-  epoch_sizes = [4]
+  """The interface `_stream` reads: `per_pipeline` and `batch()`."""
+  per_pipeline = 4
 
   def batch(self, epoch, index):
     del epoch, index

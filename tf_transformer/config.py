@@ -107,20 +107,9 @@ class TrainingConfig:
   learning_rate_scale: float = 1.0
   train_steps: int = 100000
   batch_tokens: int = 25000
-  # Subword regularization (`data/token_store.py`): above 0, each epoch
-  # trains on one of `subword_samples` segmentations of the training pairs
-  # sampled by SentencePiece with this alpha (BPE-dropout's merge-dropout
-  # probability for a BPE vocabulary, Provilkov et al., 2020; the unigram
-  # sampling's smoothing for a unigram one, Kudo, 2018). 0: the one best
-  # segmentation, as the paper.
-  subword_alpha: float = 0.0
-  subword_samples: int = 8
 
   def __post_init__(self):
-    _check_positive(self, ("warmup_steps", "train_steps", "batch_tokens",
-                           "subword_samples"))
-    if not 0.0 <= self.subword_alpha < 1.0:
-      _fail(self, "subword_alpha", "must be in [0, 1)")
+    _check_positive(self, ("warmup_steps", "train_steps", "batch_tokens"))
     if not 0.0 <= self.label_smoothing < 1.0:
       _fail(self, "label_smoothing", "must be in [0, 1)")
 
@@ -153,14 +142,16 @@ RUN_OPTIONS = {"xla_attention": "bin/train.py --xla_attention, "
 
 
 # Fields that release 1.0 removed, each with the one value a saved run may
-# hold: its run directory loads without it.
-REMOVED = {"learning_rate_schedule": "eq3"}
+# hold (None: any, the field meaning nothing once the others hold theirs):
+# its run directory loads without it.
+REMOVED = {"learning_rate_schedule": "eq3", "subword_alpha": 0.0,
+           "subword_samples": None}
 
 
 def _by_part(values: dict) -> dict:
   """{part: {field: value}} of flat `values`; unknown names raise."""
   for name, kept in REMOVED.items():
-    if values.get(name, kept) != kept:
+    if kept is not None and values.get(name, kept) != kept:
       raise ValueError(f"{name}={values[name]!r}: removed in release 1.0 "
                        f"(only {kept!r} remains); train a new run, or use "
                        "release 0.1 for this one")
@@ -323,8 +314,7 @@ def parse_overrides(overrides: str) -> dict:
       raise ValueError(f"hparam {name!r} is not a config field but a run "
                        f"option: {RUN_OPTIONS[name]}")
     if name in REMOVED:
-      raise ValueError(f"hparam {name!r}: removed in release 1.0 (its "
-                       f"{REMOVED[name]!r} is the only behaviour left)")
+      raise ValueError(f"hparam {name!r}: removed in release 1.0")
     if name not in fields:
       raise ValueError(f"hparam {name!r} is not a config field; known fields:"
                        f" {sorted(fields)}")

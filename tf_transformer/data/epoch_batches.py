@@ -15,13 +15,6 @@ an uninterrupted one would have, without reading the batches before. Input
 pipeline p of P (one per worker under MultiWorkerMirroredStrategy) takes
 batches p, p + P, ... of each epoch and reads only their pairs.
 
-With subword regularization, epoch e reads the pairs in their sampled
-segmentation e mod K (`token_store.Sampling`), grouped by that
-segmentation's own lengths: epochs of different segmentations hold
-different numbers of batches (`epoch_sizes`), and a stream position maps
-to (epoch, batch) through them (`locate`), so a resume needs no replay
-here either.
-
 Several corpora (`WeightedBatches`): each batch is drawn from one corpus
 by the corpora's weights, in an order that is a function of (seed, epoch)
 too.
@@ -49,25 +42,23 @@ class EpochBatches:
   def __init__(self, store, batch_tokens, max_length, seed=0,
                num_pipelines=1, pipeline=0):
     batching.check_budget(batch_tokens, max_length)
-    self.seed = seed
+    self.store, self.seed = store, seed
     self.num_pipelines, self.pipeline = num_pipelines, pipeline
     self.lengths = np.array(batching.bucket_lengths(max_length))
     self.rows = np.maximum(batch_tokens // self.lengths, 1)
-    # Epoch e reads segmentation e mod K of the store's K sampled ones
-    # (subword regularization, `token_store.Sampling`), or the store; each
-    # groups its pairs by its own lengths.
-    self.segmentations = store.samples or (store,)
-    self.layouts = [_Layout(s, self.lengths, self.rows, max_length,
-                            num_pipelines, pipeline)
-                    for s in self.segmentations]
-    # This pipeline's batches in epochs 0 .. K - 1 (then again).
-    self.epoch_sizes = [layout.per_pipeline for layout in self.layouts]
-    first = self.layouts[0]
-    self.kept, self.num_batches = first.kept, first.num_batches
-    self.per_pipeline = round(np.mean(self.epoch_sizes))
-    if not min(self.epoch_sizes):
+    source, target = store.lengths()
+    needed = np.maximum(source + 1, target + 1)  # + EOS / BOS
+    index_type = np.int32 if store.num_pairs < 2**31 else np.int64
+    self.kept = np.flatnonzero(needed <= max_length).astype(index_type)
+    self.group = np.searchsorted(self.lengths, needed[self.kept]).astype(
+        np.int8)
+    self.counts = np.bincount(self.group, minlength=len(self.lengths))
+    self.num_batches = int(sum(math.ceil(c / r)
+                               for c, r in zip(self.counts, self.rows)))
+    self.per_pipeline = len(range(pipeline, self.num_batches, num_pipelines))
+    if not self.per_pipeline:
       raise DataError(
-          f"the training data make {first.num_batches} batches of "
+          f"the training data make {self.num_batches} batches of "
           f"--batch_tokens={batch_tokens} an epoch, fewer than the "
           f"{num_pipelines} input pipelines; lower --batch_tokens or add "
           "data")
@@ -79,12 +70,11 @@ class EpochBatches:
     return self._plans.get(epoch)
 
   def _make_plan(self, epoch):
-    layout = self.layouts[epoch % len(self.layouts)]
     rng = np.random.default_rng([*np.atleast_1d(self.seed), epoch])
-    shuffled = rng.permutation(len(layout.kept))
-    by_group = shuffled[np.argsort(layout.group[shuffled], kind="stable")]
-    order = layout.kept[by_group]
-    counts = layout.counts
+    shuffled = rng.permutation(len(self.kept))
+    by_group = shuffled[np.argsort(self.group[shuffled], kind="stable")]
+    order = self.kept[by_group]
+    counts = self.counts
     group_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     starts, groups = [], []
     for g, (first, count, rows) in enumerate(zip(group_starts, counts,
@@ -104,7 +94,7 @@ class EpochBatches:
     b = int(index) * self.num_pipelines + self.pipeline
     pairs = np.sort(order[starts[b]:ends[b]])  # reads in file order
     width = int(self.lengths[groups[b]])
-    store = self.segmentations[int(epoch) % len(self.segmentations)]
+    store = self.store
     return (_padded(store.source, store.offsets[:, 0], pairs, width,
                     last=EOS_ID),
             _padded(store.target, store.offsets[:, 1], pairs, width,
@@ -114,23 +104,6 @@ class EpochBatches:
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
     return _stream(self, start_epoch, start_batch)
-
-
-class _Layout:
-  """One segmentation's kept pairs (those within `max_length` with EOS or
-  BOS), their length groups, and the batches they make an epoch."""
-
-  def __init__(self, store, lengths, rows, max_length, num_pipelines,
-               pipeline):
-    source, target = store.lengths()
-    needed = np.maximum(source + 1, target + 1)  # + EOS / BOS
-    index_type = np.int32 if store.num_pairs < 2**31 else np.int64
-    self.kept = np.flatnonzero(needed <= max_length).astype(index_type)
-    self.group = np.searchsorted(lengths, needed[self.kept]).astype(np.int8)
-    self.counts = np.bincount(self.group, minlength=len(lengths))
-    self.num_batches = int(sum(math.ceil(c / r)
-                               for c, r in zip(self.counts, rows)))
-    self.per_pipeline = len(range(pipeline, self.num_batches, num_pipelines))
 
 
 class WeightedBatches:
@@ -150,7 +123,6 @@ class WeightedBatches:
     self.shares = np.array([max(1, round(total * w / sum(weights)))
                             for w in weights])
     self.per_pipeline = int(self.shares.sum())
-    self.epoch_sizes = [self.per_pipeline]
     self.num_batches = sum(p.num_batches for p in parts)
     self._plans = _RecentPlans(self._make_plan)
 
@@ -172,7 +144,7 @@ class WeightedBatches:
     k = int(corpus[int(index)])
     j = int(epoch) * int(self.shares[k]) + int(running[int(index)])
     part = self.parts[k]
-    return part.batch(*locate(part.epoch_sizes, j))
+    return part.batch(j // part.per_pipeline, j % part.per_pipeline)
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
     return _stream(self, start_epoch, start_batch)
@@ -195,42 +167,20 @@ class _RecentPlans:
       return self._plans[epoch]
 
 
-def locate(epoch_sizes, position):
-  """(epoch, index) of a stream `position`, epochs of `epoch_sizes` batches
-  in turn (one size, or K for K segmentations)."""
-  cycle, within = divmod(int(position), int(sum(epoch_sizes)))
-  ends = np.cumsum(epoch_sizes)
-  k = int(np.searchsorted(ends, within, side="right"))
-  return cycle * len(epoch_sizes) + k, within - int(ends[k] - epoch_sizes[k])
-
-
-def position_of(epoch_sizes, epoch, index):
-  """The stream position of batch `index` of `epoch` (`locate`'s
-  inverse)."""
-  cycle, k = divmod(int(epoch), len(epoch_sizes))
-  return (cycle * int(sum(epoch_sizes)) + int(sum(epoch_sizes[:k]))
-          + int(index))
-
-
 def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
   """Endless: `(((source, target_in), target_out), (epoch, index))` from
   `batches`' batch `start_batch` of `start_epoch` on."""
-  sizes = list(batches.epoch_sizes)
-
-  def located_batch(position):
-    epoch, index = locate(sizes, position)
-    return (np.int64(epoch), np.int64(index), *batches.batch(epoch, index))
+  per_epoch = batches.per_pipeline
 
   def load(position):
-    epoch, index, *tensors = tf.numpy_function(
-        located_batch, [position], [tf.int64] * 2 + [tf.int32] * 3,
-        stateful=False)
-    epoch, index = tf.ensure_shape(epoch, []), tf.ensure_shape(index, [])
+    epoch, index = position // per_epoch, position % per_epoch
+    tensors = tf.numpy_function(batches.batch, [epoch, index],
+                                [tf.int32] * 3, stateful=False)
     source, target_in, target_out = [tf.ensure_shape(t, [None, None])
                                      for t in tensors]
     return ((source, target_in), target_out), (epoch, index)
 
-  start = position_of(sizes, start_epoch, start_batch)
+  start = start_epoch * per_epoch + start_batch
   return pipeline_options.without_autotuning(
       tf.data.Dataset.range(start, 2**62).map(
           load, num_parallel_calls=tf.data.AUTOTUNE,
@@ -289,9 +239,5 @@ def training_stream_fn(stores, batch_tokens, max_length, seed=0,
                  input_context.num_input_pipelines, batches.per_pipeline,
                  batches.num_batches, kept, pairs, max_length, start_epoch,
                  start_batch)
-    if len(set(batches.epoch_sizes)) > 1:
-      logging.info("epochs of the %d sampled segmentations: %s batches of "
-                   "this pipeline", len(batches.epoch_sizes),
-                   ", ".join(map(str, batches.epoch_sizes)))
     return batches.dataset(start_epoch, start_batch)
   return dataset_fn

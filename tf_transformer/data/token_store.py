@@ -16,14 +16,6 @@ see `sources.corpora`),
   and their sizes, so that stale or damaged arrays are refused, never
   silently mixed.
 
-With subword regularization (`Sampling`: BPE-dropout, Provilkov et al.,
-2020, or the unigram model's sampling, Kudo, 2018), the same pairs are
-also written as `CORPUS.sample1` ... `CORPUS.sampleK`, each a segmentation
-sampled once with a seed of its own (as Marian's and fairseq's sampling,
-but offline: an epoch reads one of them, and a resumed run reads the very
-segmentations it would have). `CORPUS` itself stays the one best
-segmentation, as inference segments text (statistics, the shortlist).
-
 Training opens the arrays memory-mapped (`np.load(mmap_mode="r")`): they
 sit in the page cache, not in the process's own memory, and a batch reads
 only its own pairs.
@@ -39,7 +31,6 @@ from typing import Optional
 
 from absl import logging
 import numpy as np
-import sentencepiece as spm
 
 from tf_transformer.data import corpora
 from tf_transformer.data import errors
@@ -51,34 +42,6 @@ from tf_transformer.progress import Progress
 FORMAT = 1
 ARRAYS = ("source", "target", "offsets")
 CHUNK = 65_536  # pairs tokenized per SentencePiece call
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-  """Subword regularization: `samples` segmentations of the training pairs,
-  each sampled by SentencePiece with `alpha` (BPE-dropout's probability of
-  dropping a merge for a BPE vocabulary; the unigram model's smoothing,
-  over all segmentations, for a unigram one), seeded by (`seed`, corpus,
-  sample)."""
-  alpha: float
-  samples: int
-  seed: int = 0
-
-  def encode_options(self, corpus_number, sample):
-    """SentencePiece's `encode` arguments, and its seed, for `sample` (1 to
-    `samples`) of corpus `corpus_number`."""
-    seed = np.random.SeedSequence([self.seed, corpus_number, sample])
-    return (dict(enable_sampling=True, alpha=self.alpha, nbest_size=-1),
-            int(seed.generate_state(1)[0]))
-
-  def manifest(self, sample):
-    return {"alpha": self.alpha, "sample": sample, "seed": self.seed}
-
-
-def sample_name(corpus, sample):
-  """The corpus name of `corpus`'s sampled segmentation `sample` (1, 2,
-  ...)."""
-  return f"{corpus}.sample{sample}"
 
 
 def training_data(spec) -> dict:
@@ -124,8 +87,6 @@ class TokenStore:
   target: np.ndarray
   offsets: np.ndarray  # [pairs + 1, 2]
   manifest: dict
-  # The sampled segmentations of the same pairs (`Sampling`), if any.
-  samples: tuple = ()
 
   @property
   def num_pairs(self) -> int:
@@ -143,22 +104,13 @@ class TokenStore:
             self.target[t0:t1].astype(np.int32))
 
 
-def write(directory, corpus, spec, vocabulary, num_threads=None,
-          sampled=None) -> TokenStore:
+def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
   """Reads the training pairs of a one-corpus `spec` once, tokenizes them
   with `vocabulary` on `num_threads` threads (default: every core) and
   writes their arrays to `directory` as `corpus` (see `sources.corpora`);
   pairs with an empty side are skipped (and counted in the manifest).
-  `sampled`: (Sampling, corpus number, sample) for a sampled segmentation,
-  tokenized on one thread so that its seed decides it.
   Raises DataError naming a bad file and line."""
   num_threads = num_threads or os.cpu_count() or 1
-  encode_options, sampling = {}, {}
-  if sampled:
-    encode_options, seed = sampled[0].encode_options(*sampled[1:])
-    sampling = {"sampling": sampled[0].manifest(sampled[2])}
-    spm.set_random_generator_seed(seed)
-    num_threads = 1
   processors = {side: vocabulary.processor(side)
                 for side in ("source", "target")}
   dtype = np.uint16 if vocabulary.vocab_size <= 2**16 else np.int32
@@ -174,7 +126,7 @@ def write(directory, corpus, spec, vocabulary, num_threads=None,
             f"tokenized {corpus}:", None, "pairs") as progress:
       counts = _tokenize(pairs, processors, dtype, num_threads,
                          {"source": source_file, "target": target_file},
-                         progress, encode_options)
+                         progress)
   except BaseException:  # a bad line, a full disk, Ctrl-C: leave nothing
     for path in tmp.values():
       if os.path.exists(path):
@@ -190,7 +142,7 @@ def write(directory, corpus, spec, vocabulary, num_threads=None,
                 int(offsets[-1, 0 if side == "source" else 1]))
   np.save(_path(directory, corpus, "offsets"), offsets)
   seconds = time.time() - start
-  manifest = dict(_origin(spec), **sampling, format=FORMAT, pairs=num_pairs,
+  manifest = dict(_origin(spec), format=FORMAT, pairs=num_pairs,
                   skipped=dict(read.skipped), dtype=np.dtype(dtype).name,
                   source_tokens=int(offsets[-1, 0]),
                   target_tokens=int(offsets[-1, 1]),
@@ -203,23 +155,20 @@ def write(directory, corpus, spec, vocabulary, num_threads=None,
   logging.info("tokenized %d %s pairs in %.1f s on %d threads (%.0f pairs/s "
                "a thread) into %s", num_pairs, corpus, seconds, num_threads,
                num_pairs / max(seconds, 1e-9) / num_threads, directory)
-  return open_store(directory, corpus, spec, vocabulary,
-                    sampling.get("sampling"))
+  return open_store(directory, corpus, spec, vocabulary)
 
 
-def _tokenize(pairs, processors, dtype, num_threads, files, progress,
-              encode_options):
+def _tokenize(pairs, processors, dtype, num_threads, files, progress):
   """Appends each side's ids of `pairs` to `files` (raw `dtype` values),
-  CHUNK pairs a call of that side's processor (with `encode_options`);
-  returns each side's lengths."""
+  CHUNK pairs a call of that side's processor; returns each side's
+  lengths."""
   counts = {"source": [], "target": []}
   while True:
     chunk = list(itertools.islice(pairs, CHUNK))
     if not chunk:
       return counts
     for side, texts in zip(("source", "target"), zip(*chunk)):
-      ids = processors[side].encode(list(texts), num_threads=num_threads,
-                                    **encode_options)
+      ids = processors[side].encode(list(texts), num_threads=num_threads)
       lengths = np.fromiter(map(len, ids), np.int64, len(ids))
       flat = np.fromiter(itertools.chain.from_iterable(ids), dtype,
                          int(lengths.sum()))
@@ -247,13 +196,11 @@ def exists(directory, corpus) -> bool:
   return os.path.exists(_path(directory, corpus, "manifest"))
 
 
-def open_store(directory, corpus, spec, vocabulary,
-               sampling=None) -> TokenStore:
+def open_store(directory, corpus, spec, vocabulary) -> TokenStore:
   """The arrays of `corpus` in `directory`, memory-mapped, after checking
   that they were made from the one-corpus `spec`'s training data (local
-  files unchanged since) with `vocabulary` (and, for a sampled segmentation,
-  with `sampling`, the manifest's `Sampling.manifest`), and are whole.
-  Raises DataError naming the file."""
+  files unchanged since) with `vocabulary`, and are whole. Raises DataError
+  naming the file."""
   manifest_path = _path(directory, corpus, "manifest")
   try:
     with open(manifest_path) as f:
@@ -262,9 +209,6 @@ def open_store(directory, corpus, spec, vocabulary,
     raise DataError(f"{manifest_path}: cannot read ({e}); delete the "
                     f"{corpus}.* token files there to tokenize again") from None
   stale = _stale(manifest, spec, corpus, vocabulary)
-  if not stale and manifest.get("sampling") != sampling:
-    stale = (f"sampled with {manifest.get('sampling')}, not {sampling}"
-             if sampling else "a sampled segmentation")
   if stale:
     raise DataError(f"{manifest_path}: the token arrays there are stale: "
                     f"{stale}; delete {directory}/{corpus}.*.npy and "
@@ -306,11 +250,10 @@ def _stale(manifest, spec, corpus, vocabulary) -> Optional[str]:
   return None
 
 
-def wait_for(directory, spec, timeout_secs=3600, sampling=None):
-  """Non-chief workers wait for the chief to write `spec`'s arrays (and
-  their `sampling`'s)."""
+def wait_for(directory, spec, timeout_secs=3600):
+  """Non-chief workers wait for the chief to write `spec`'s arrays."""
   deadline = time.time() + timeout_secs
-  for corpus in _names(spec, sampling):
+  for corpus, _, _ in sources.corpora(spec):
     while not exists(directory, corpus):
       if time.time() > deadline:
         raise TimeoutError(f"{directory}: the chief did not write "
@@ -321,64 +264,25 @@ def wait_for(directory, spec, timeout_secs=3600, sampling=None):
 def remove(directory):
   """Deletes every training corpus's arrays (the training data changed)."""
   for name in os.listdir(directory):
-    if re.fullmatch(r"train\d*(\.sample\d+)?\.(tokens\.json|"
-                    r"(source|target|offsets)\.npy)", name):
+    if re.fullmatch(r"train\d*\.(tokens\.json|(source|target|offsets)\.npy)",
+                    name):
       os.remove(os.path.join(directory, name))
 
 
-def open_training(directory, spec, vocabulary, write_missing=True,
-                  sampling=None):
+def open_training(directory, spec, vocabulary, write_missing=True):
   """[(store, weight)] of each training corpus of `spec` (`sources.corpora`)
-  in `directory`, each store with its `sampling`'s segmentations as its
-  `samples`; a corpus whose arrays are not there is tokenized once and
-  written (unless not `write_missing`); stale ones are refused, but for
-  sampled segmentations of another `sampling` (a resume that changed
-  it), which the writer samples again."""
+  in `directory`; a corpus whose arrays are not there is tokenized once and
+  written (unless not `write_missing`); stale ones are refused."""
   stores = []
-  for number, (corpus, weight, one) in enumerate(sources.corpora(spec)):
-    store = _open_or_write(directory, corpus, one, vocabulary, write_missing)
-    if sampling:
-      samples = tuple(
-          _open_or_write(directory, sample_name(corpus, k), one, vocabulary,
-                         write_missing, (sampling, number, k))
-          for k in range(1, sampling.samples + 1))
-      store = dataclasses.replace(store, samples=samples)
-      logging.info(
-          "subword regularization: %d segmentations of %s sampled with "
-          "alpha %g, %.2f tokens a pair against the best's %.2f", len(samples),
-          corpus, sampling.alpha, np.mean([_tokens_a_pair(s) for s in samples]),
-          _tokens_a_pair(store))
-    stores.append((store, weight))
+  for corpus, weight, one in sources.corpora(spec):
+    if write_missing and not exists(directory, corpus):
+      stores.append((write(directory, corpus, one, vocabulary), weight))
+    else:
+      stores.append((open_store(directory, corpus, one, vocabulary), weight))
   return stores
-
-
-def _open_or_write(directory, corpus, spec, vocabulary, write_missing,
-                   sampled=None):
-  """`corpus`'s store, written where missing (if `write_missing`), or, for
-  a sampled segmentation that is stale, written again."""
-  manifest = sampled and sampled[0].manifest(sampled[2])
-  if exists(directory, corpus) or not write_missing:
-    try:
-      return open_store(directory, corpus, spec, vocabulary, manifest)
-    except DataError:
-      if not (sampled and write_missing):
-        raise
-      logging.info("%s: sampled again, with %s", corpus, manifest)
-  return write(directory, corpus, spec, vocabulary, sampled=sampled)
-
-
-def _tokens_a_pair(store):
-  return (len(store.source) + len(store.target)) / max(store.num_pairs, 1)
-
-
-def _names(spec, sampling=None):
-  """The corpus names of `spec`'s arrays, sampled ones included."""
-  for corpus, _, _ in sources.corpora(spec):
-    yield corpus
-    for k in range(1, sampling.samples + 1) if sampling else ():
-      yield sample_name(corpus, k)
 
 
 def all_written(directory, spec) -> bool:
   """Whether every training corpus of `spec` has arrays in `directory`."""
-  return all(exists(directory, corpus) for corpus in _names(spec))
+  return all(exists(directory, corpus)
+             for corpus, _, _ in sources.corpora(spec))

@@ -171,15 +171,11 @@ class Trainer:
     """Batches over the whole corpus from the training pairs' token arrays
     (written once into the run directory by its chief), from the saved
     input position on, without replaying the batches before it."""
-    o, training = self.options, self.config.training
-    sampling = (token_store.Sampling(training.subword_alpha,
-                                     training.subword_samples, o.seed)
-                if training.subword_alpha else None)
+    o = self.options
     if not self.is_chief:
-      token_store.wait_for(o.model_dir, self.spec, sampling=sampling)
+      token_store.wait_for(o.model_dir, self.spec)
     stores = token_store.open_training(o.model_dir, self.spec,
-                                       self.vocabulary, self.is_chief,
-                                       sampling)
+                                       self.vocabulary, self.is_chief)
     dataset_fn = epoch_batches.training_stream_fn(
         stores, self.config.training.batch_tokens, o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
