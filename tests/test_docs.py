@@ -1,9 +1,12 @@
-"""The user documentation holds together: README.md stays a short entry
-point, and every relative link in it and in docs/ reaches a file (and, for
-`#anchors`, a heading of that file)."""
+"""The user documentation holds together and says what is true now: README.md
+stays a short entry point, docs/ stay a reference (no dated headings, no
+dated story), and every relative link reaches a file (and, for `#anchors`,
+a heading of that file)."""
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -21,15 +24,56 @@ def _anchor(heading):
   return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+# A date, a commit hash (7+ hex digits with a digit and a letter), or a
+# host's CPU by its product name: what a figure's configuration line names.
+DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)"
+                   r"[0-9a-f]{7,40}\b|EPYC|Xeon")
+
+
+def _prose(text):
+  """`text` without its fenced code blocks."""
+  return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+
+
+def _read(page):
+  with open(os.path.join(REPO, page), encoding="utf-8") as f:
+    return f.read()
+
+
 def test_readme_is_an_entry_point_not_a_manual():
-  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-    assert len(f.read().splitlines()) <= 250
+  """At most 1,200 words outside its code blocks, prose lines under 100
+  characters, and dates, commit hashes and host names only in the results
+  table's one configuration line (an italic paragraph)."""
+  prose = _prose(_read("README.md"))
+  assert len(prose.split()) <= 1200
+  for line in prose.splitlines():
+    assert line.startswith("|") or len(line) < 100, line
+  configurations = [p for p in prose.split("\n\n") if DATED.search(p)]
+  assert len(configurations) == 1, configurations
+  assert configurations[0].startswith("*") and configurations[0].endswith(
+      "*"), configurations
+
+
+def test_docs_are_a_reference_of_at_most_20000_words():
+  """docs/ say how things are now: at most 20,000 words in all, no date in
+  a heading, and a date, commit hash or host name only in a figure's
+  configuration line (an italic paragraph) or a line of a table."""
+  words = 0
+  for page in PAGES[1:]:
+    text = _read(page)
+    words += len(text.split())
+    for heading in re.findall(r"^#+ .*$", text, re.M):
+      assert not DATED.search(heading), (page, heading)
+    for paragraph in _prose(text).split("\n\n"):
+      paragraph = paragraph.strip()
+      if DATED.search(paragraph) and not paragraph.startswith(("*", "|")):
+        raise AssertionError(f"{page}: {paragraph[:300]}")
+  assert words <= 20000, words
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_relative_links_resolve(page):
-  with open(os.path.join(REPO, page), encoding="utf-8") as f:
-    text = re.sub(r"^```.*?^```", "", f.read(), flags=re.M | re.S)
+  text = _prose(_read(page))
   links = re.findall(r"\]\(([^)\s]+)\)", text)
   relative = [l for l in links if not re.match(r"[a-z]+://", l)]
   for link in relative:
@@ -44,3 +88,36 @@ def test_relative_links_resolve(page):
       assert anchor in headings, (page, link, headings)
   if page == "README.md":
     assert len(relative) >= 8  # the README points into every docs page
+
+
+def _commands(text):
+  """The `python bin/NAME.py ...` lines of `text`'s code blocks,
+  continuation lines joined."""
+  for block in re.findall(r"^```\n(.*?)^```", text, re.M | re.S):
+    for line in block.replace("\\\n", " ").splitlines():
+      for match in re.finditer(r"python (bin/\w+\.py)((?: +--?[\w-]+(?:=\S*)?)*)",
+                               line):
+        yield match.group(1), [
+            re.match(r"--?([\w-]+)", token).group(1)
+            for token in match.group(2).split()]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_command_shown_exists_with_the_flags_it_shows(page):
+  """Each `python bin/NAME.py --flag ...` of a page's code blocks names a
+  command that exists and flags it defines (its --help lists them; absl's
+  --noflag form too)."""
+  helps = {}
+  for script, names in _commands(_read(page)):
+    assert os.path.isfile(os.path.join(REPO, script)), (page, script)
+    if script not in helps:
+      result = subprocess.run([sys.executable, script, "--helpfull"],
+                              capture_output=True, text=True, cwd=REPO,
+                              timeout=120)
+      assert result.returncode == 0, result.stderr[-2000:]
+      helps[script] = set(re.findall(r"^\s+--(?:\[no\])?([\w-]+):",
+                                     result.stdout, re.M))
+    for name in names:
+      defined = name in helps[script] or (
+          name.startswith("no") and name[2:] in helps[script])
+      assert defined or name in ("v", "helpfull"), (page, script, name)
