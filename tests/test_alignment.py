@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from tf_transformer.decoding import alignment
-from tf_transformer.serving.translator import Translator
 from tf_transformer.serving.output import aligned_lines
 
 W = "\u2581"

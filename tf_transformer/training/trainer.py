@@ -48,6 +48,7 @@ from tf_transformer.training.evaluator import Evaluator
 from tf_transformer.training.steps import DistributedSteps
 from tf_transformer.training.summaries import Summaries
 
+
 class DivergedError(RuntimeError):
   """Training went wrong in a way that more steps cannot mend; the run
   stops (bin/train.py: exit 3) naming the checkpoint to go back to."""
