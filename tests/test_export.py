@@ -5,8 +5,10 @@ float32 and in bfloat16 (`--dtype=bfloat16`)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -73,12 +75,33 @@ EXPORTS = {"float32": lambda request: request.getfixturevalue("exported"),
                "exported_bfloat16")[0]}
 
 
-def test_versions_are_integer_folders(model_dir, exported):
+def test_versions_are_integer_folders_written_whole(model_dir, exported):
+  # An export killed once its version folder is being written (a kill
+  # earlier writes nothing; later, the version is whole) leaves no numbered
+  # folder: only its hidden .writing-N-PID, which the next export removes.
+  export_dir = exported.parent
+  killed = subprocess.Popen(
+      [sys.executable, os.path.join("bin", "export.py"),
+       f"--model_dir={model_dir}", f"--export_dir={export_dir}"],
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  writing = f".writing-2-{killed.pid}"
+  deadline = time.time() + 300
+  while not (export_dir / writing).exists() and killed.poll() is None:
+    assert time.time() < deadline
+    time.sleep(0.01)
+  killed.kill()
+  assert killed.wait() == -signal.SIGKILL
+  assert sorted(os.listdir(export_dir)) == [writing, "1"]
+
   result = run_script("export.py", f"--model_dir={model_dir}",
-                      f"--export_dir={exported.parent}")
+                      f"--export_dir={export_dir}")
   assert result.returncode == 0, result.stderr[-2000:]
-  assert sorted(os.listdir(exported.parent)) == ["1", "2"]
+  assert f"removed {export_dir / writing}, left by an export that was " \
+      "stopped" in result.stderr
+  assert sorted(os.listdir(export_dir)) == ["1", "2"]
   assert (exported / "saved_model.pb").exists()
+  assert (export_dir / "2" / "saved_model.pb").exists()
 
 
 LOAD = r"""

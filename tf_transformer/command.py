@@ -23,6 +23,8 @@
   to read the flags (absl prints the whole --help before an `app.UsageError`).
 - A reader that leaves (`translate.py ... | head`) ends a command quietly
   (`write_stdout`), as it ends a Unix tool, not with a Broken pipe error.
+- A full disk ends any command in one line with status 75
+  (`disk_full.py`): the path, what was kept, what to do.
 """
 
 import contextlib
@@ -31,14 +33,18 @@ import re
 import signal
 import sys
 import tempfile
+import traceback
 
 from absl import app
 from absl import flags
+
+from tf_transformer import disk_full
 
 HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
 # A C++ log line: severity letter I, W, E or F, then the date (MMDD).
 _LOG_LINE = re.compile(r"^([IWEF])\d{4} ")
 _EARLY_BANNER = "WARNING: All log messages before absl::InitializeLog()"
+_KEPT = []  # what `run` was told a full disk keeps, for `fail`
 
 
 def _verbose(args):
@@ -96,7 +102,7 @@ def _at_least(text, level):
   return "".join(kept)
 
 
-def run(main, tensorflow=True, packages=("tf_transformer.",)):
+def run(main, tensorflow=True, packages=("tf_transformer.",), kept=None):
   """`app.run(main)` with the package's flags in --help, which exits 0.
 
   Args:
@@ -105,7 +111,11 @@ def run(main, tensorflow=True, packages=("tf_transformer.",)):
     tensorflow: import TensorFlow (quietly) once the flags are parsed and
       checked, before `main`; False for a command that may not need it.
     packages: the prefixes of the modules whose flags --help lists.
+    kept: called after a full disk stopped `main` (here or in `fail`):
+      (what was kept, as a sentence or None; the path the command writes,
+      or None), for the line `disk_full.message` says.
   """
+  _KEPT[:] = [kept] if kept else []
   # absl prints __main__'s docstring as the usage: a console script's or a
   # bin/ door's __main__ is not the command's module.
   sys.modules["__main__"].__doc__ = sys.modules[main.__module__].__doc__
@@ -124,6 +134,10 @@ def run(main, tensorflow=True, packages=("tf_transformer.",)):
       return main(argv)
     except app.UsageError as e:
       return refuse(name, str(e))
+    except Exception as e:  # pylint: disable=broad-except
+      if not disk_full.is_disk_full(e):
+        raise
+      return fail(name, e)
 
   def parse(argv):
     try:
@@ -147,6 +161,22 @@ def refuse(name, message):
   sys.stderr.write(f"{name}: error: {message}\n"
                    f"Pass --help to see the flags of {name}.\n")
   return 1
+
+
+def fail(name, error, status=1, kept=None):
+  """Says on stderr that the command `name` failed with `error`, in one
+  line; returns its exit status: `disk_full.EXIT_STATUS` where the disk is
+  full (`kept()`, default the one given to `run`, then says what is kept),
+  else `status`."""
+  kept = kept or (_KEPT[0] if _KEPT else None)
+  if not disk_full.is_disk_full(error):
+    print(f"{name}: error: {error}", file=sys.stderr)
+    return status
+  if _verbose(sys.argv[1:]):
+    traceback.print_exception(error)
+  print(disk_full.message(name, error, *(kept() if kept else (None, None))),
+        file=sys.stderr, flush=True)
+  return disk_full.EXIT_STATUS
 
 
 def write_stdout(text):

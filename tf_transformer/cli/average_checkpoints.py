@@ -9,7 +9,6 @@ With --last_step=best (or a step), the last N saved at or before the best
 dev evaluation's step: for a run that went on training past its best.
 """
 
-import sys
 
 from absl import flags
 
@@ -43,8 +42,7 @@ def main(argv):
   try:  # before TensorFlow's import
     bound = last_step(FLAGS.last_step)
   except ValueError as e:
-    print(f"average_checkpoints: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("average_checkpoints", e, 1)
   command.import_tensorflow_quietly()
   # pylint: disable=g-import-not-at-top  (TensorFlow after the flags)
   from tf_transformer.run.runner import Runner
@@ -53,14 +51,19 @@ def main(argv):
     averaged = Runner(FLAGS.model_dir).average(
         FLAGS.num_checkpoints, FLAGS.output_dir, last_step=bound)
   except (CheckpointError, FileNotFoundError) as e:
-    print(f"average_checkpoints: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("average_checkpoints", e, 1)
   print(f"averaged {len(averaged.checkpoints)} checkpoints: "
         + ", ".join(p.rsplit("/", 1)[-1] for p in averaged.checkpoints))
   print(f"wrote {averaged.path}")
   return 0
 
 
+def _kept():
+  """What a full disk left: (--output_dir as it was, --output_dir)."""
+  return (f"{FLAGS.output_dir} is as it was; the partial average is removed",
+          FLAGS.output_dir)
+
+
 def run():
   """`tf-transformer-average-checkpoints`: parses the flags, then runs `main`."""
-  command.run(main, tensorflow=False)
+  command.run(main, tensorflow=False, kept=_kept)

@@ -10,7 +10,6 @@ Reads the token arrays that preparation or training left in the run
 (tokenizing the training data now where there are none).
 """
 
-import sys
 
 from absl import flags
 
@@ -36,8 +35,7 @@ def main(argv):
     table, path = Runner(FLAGS.model_dir).build_shortlist(
         FLAGS.k_max, FLAGS.n_max, FLAGS.max_pairs)
   except (DataError, FileNotFoundError) as e:
-    print(f"build_shortlist: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("build_shortlist", e, 2)
   with_candidates = int((table.candidates[:, 0] >= 0).sum())
   print(f"counted {table.pairs:,} pairs: candidates for {with_candidates:,} "
         f"of {len(table.candidates):,} pieces, {len(table.frequent):,} "

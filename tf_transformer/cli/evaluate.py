@@ -51,11 +51,9 @@ def main(argv):
           FLAGS.paper_bleu, progress, batch_tokens=batch_tokens,
           names=names)
   except DataError as e:
-    print(f"evaluate: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("evaluate", e, 2)
   except (OSError, ValueError, ImportError) as e:
-    print(f"evaluate: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("evaluate", e, 1)
   for warning in result.warnings:
     print(f"evaluate: warning: {warning}", file=sys.stderr)
   if FLAGS.output:

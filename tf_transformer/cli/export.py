@@ -21,8 +21,13 @@ and bans no token unless --min_length or --no_repeat_ngram_size says so
 (docs/decoding.md).
 --shortlist=K,N searches over each request's vocabulary shortlist, from the
 table bin/build_shortlist.py wrote in the run (docs/serving.md).
+
+A version is written beside the others and renamed into place whole, so TF
+Serving never sees half of one. Exit status: 0 exported; 1 refused; 75 the
+disk is full (one line; the versions before are as they were).
 """
 
+import os
 import sys
 import time
 
@@ -51,12 +56,26 @@ def main(argv):
     path = Runner(FLAGS.model_dir[0]).export(
         FLAGS.export_dir, on_stage=stage, **export_flags.export_arguments())
   except (FileNotFoundError, ImportError, ValueError, DataError) as e:
-    print(f"export: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("export", e, 1)
   print(f"exported {path} ({command.megabytes(path):,.1f} MB)")
   return 0
 
 
+def _kept():
+  """What a full disk left, (as a sentence, --export_dir): the partial
+  write is removed; the versions before, or the CTranslate2 model, stay."""
+  directory = FLAGS.export_dir
+  if FLAGS.format != "saved_model":
+    return f"{directory} is as it was; the partial copy is removed", directory
+  versions = sorted(int(name) for name in (
+      os.listdir(directory) if os.path.isdir(directory) else ())
+                    if name.isdigit())
+  if not versions:
+    return "no version was written; the partial one is removed", directory
+  return (f"the newest version, {os.path.join(directory, str(versions[-1]))},"
+          " is as it was; the partial one is removed", directory)
+
+
 def run():
   """`tf-transformer-export`: parses the flags, then runs `main`."""
-  command.run(main)
+  command.run(main, kept=_kept)

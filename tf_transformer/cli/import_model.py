@@ -40,8 +40,7 @@ def main(argv):
   try:
     result = import_marian(getattr(FLAGS, "from"), FLAGS.model_dir)
   except (ValueError, FileNotFoundError, FileExistsError) as e:
-    print(f"import_model: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("import_model", e, 2)
   for note in result["notes"]:
     print(f"import_model: note: {note}", file=sys.stderr)
   print(f"imported {result['parameters']:,} parameters in "
@@ -51,6 +50,11 @@ def main(argv):
   return 0
 
 
+def _kept():
+  """What a full disk left: (nothing, --model_dir)."""
+  return ("nothing was written; the partial run is removed", FLAGS.model_dir)
+
+
 def run():
   """`tf-transformer-import-model`: parses the flags, then runs `main`."""
-  command.run(main)
+  command.run(main, kept=_kept)

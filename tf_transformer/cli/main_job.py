@@ -48,8 +48,7 @@ def main(argv):
     command.exit_now(stop.exit_status or 143)  # everything is saved
   except (main_job.JobError, DataError, ValueError, OSError,
           CheckpointError, DivergedError, run_lock.RunLockedError) as e:
-    print(f"main_job: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("main_job", e, 1)
   print("\n== summary\n" + "\n".join(main_job.summary(result)))
   return 0
 

@@ -12,7 +12,6 @@ run on a run's checkpoint (--model=RUN or --model_dir): a teacher-forced
 pass over the best translation.
 """
 
-import sys
 
 from absl import flags
 
@@ -45,8 +44,7 @@ def main(argv):
     layers = plots.choose(FLAGS.layers, num_layers, "layers")
     heads = plots.choose(FLAGS.heads, num_heads, "heads")
   except (OSError, ValueError) as e:
-    print(f"plot_attention: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("plot_attention", e, 1)
   print(f"translation: {out['translation'].decode('utf-8', 'replace')}")
   for path in plots.attention_heatmaps(out, FLAGS.kind, layers, heads,
                                        FLAGS.output_dir):

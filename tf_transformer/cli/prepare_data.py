@@ -12,7 +12,6 @@ Writes OUTPUT_DIR/vocabulary.model and OUTPUT_DIR/data_stats.json, and with
 Bad data gives one line naming the file and line, and exit status 2.
 """
 
-import sys
 
 from absl import flags
 
@@ -49,8 +48,7 @@ def main(argv):
         FLAGS.vocab_model_type, FLAGS.vocab_max_sentences, FLAGS.max_length,
         FLAGS.seed, FLAGS.write_text)
   except DataError as e:
-    print(f"prepare_data: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("prepare_data", e, 2)
   print("\n".join(prepare_lib.describe_statistics(prepared.stats)))
   for path in prepared.written:
     print(f"wrote {path}")

@@ -24,7 +24,6 @@ Exit status: 0 scored; 1 bad flags or model; 2 bad input files (one line
 naming them).
 """
 
-import sys
 
 from absl import flags
 
@@ -76,14 +75,20 @@ def main(argv):
             buffer, targets[start:start + len(buffer)], batch_size,
             progress, batch_tokens), FLAGS.tokens))
   except DataError as e:
-    print(f"score: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("score", e, 2)
   except (OSError, ValueError, ImportError) as e:
-    print(f"score: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("score", e, 1)
   return 0
+
+
+def _kept():
+  """What a full disk left: (--output's lines before, --output)."""
+  if not FLAGS.output:
+    return None, None
+  return (f"{FLAGS.output} holds the lines written before; rerun to write it "
+          "whole", FLAGS.output)
 
 
 def run():
   """`tf-transformer-score`: parses the flags, then runs `main`."""
-  command.run(main, tensorflow=False)
+  command.run(main, tensorflow=False, kept=_kept)

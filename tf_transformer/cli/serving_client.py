@@ -28,7 +28,6 @@ input or --target (the file, or stdin, and the line named), or the two of
 different line counts.
 """
 
-import sys
 
 from absl import flags
 
@@ -122,11 +121,9 @@ def main(argv):
           lambda rows: _request(rest, server, rows, sides, start)):
         command.write_stdout("".join(line + "\n" for line in lines))
   except DataError as e:
-    print(f"serving_client: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("serving_client", e, 2)
   except (OSError, ImportError, ValueError, client.ServingError) as e:
-    print(f"serving_client: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("serving_client", e, 1)
   return 0
 
 

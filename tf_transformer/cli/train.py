@@ -10,8 +10,9 @@ SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits.
 
 Exit status: 0 trained; 1 bad flags or hparams; 2 bad data (one line naming
 the file and line); 3 NaN or Inf, or a loss that ran away (--divergence_factor;
-names the last good checkpoint); 4 another
-run holds --model_dir; 143 / 130 stopped by SIGTERM / SIGINT, checkpoint
+names the last good checkpoint); 4 another run holds --model_dir; 75 the disk
+is full (one line: the path and the last good checkpoint; free space and rerun
+the same command to resume); 143 / 130 stopped by SIGTERM / SIGINT, checkpoint
 saved (the same command resumes).
 """
 
@@ -53,9 +54,9 @@ def main(argv):
     result = Runner(FLAGS.model_dir).train(
         config, spec, strategy, stop, **train_flags.train_arguments())
   except DataError as e:
-    return _fail(f"error: {e}", 2)
+    return command.fail("train", e, 2)
   except (ValueError, FileNotFoundError) as e:
-    return _fail(f"error: {e}", 1)
+    return command.fail("train", e, 1)
   except trainer_lib.DivergedError as e:  # NaN, Inf or a runaway loss
     return _fail(str(e), 3)
   except run_lock.RunLockedError as e:
@@ -74,6 +75,16 @@ def _fail(message, status):
   return status
 
 
+def _kept():
+  """What a full disk left of the run: (its last complete checkpoint, the
+  run directory)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  latest = tf.train.latest_checkpoint(FLAGS.model_dir)
+  return (f"the last good checkpoint is {latest}, which the same command "
+          "resumes from" if latest else "no checkpoint was complete yet",
+          FLAGS.model_dir)
+
+
 def run():
   """`tf-transformer-train`: parses the flags, then runs `main`."""
-  command.run(main, tensorflow=False)
+  command.run(main, tensorflow=False, kept=_kept)

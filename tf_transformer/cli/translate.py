@@ -88,11 +88,9 @@ def main(argv):
         output.write(_translated(translator, lines, first, progress,
                                  prefixes))
   except DataError as e:
-    print(f"translate: error: {e}", file=sys.stderr)
-    return 2
+    return command.fail("translate", e, 2)
   except (OSError, ValueError, ImportError) as e:
-    print(f"translate: error: {e}", file=sys.stderr)
-    return 1
+    return command.fail("translate", e, 1)
   return 0
 
 
@@ -110,6 +108,14 @@ def _translated(translator, texts, first, progress, prefixes):
                       FLAGS.nbest > 1, FLAGS.show_scores, first - 1)
 
 
+def _kept():
+  """What a full disk left: (--output's lines before, --output)."""
+  if not FLAGS.output:
+    return None, None
+  return (f"{FLAGS.output} holds the lines written before; rerun to write it "
+          "whole", FLAGS.output)
+
+
 def run():
   """`tf-transformer-translate`: parses the flags, then runs `main`."""
-  command.run(main, tensorflow=False)
+  command.run(main, tensorflow=False, kept=_kept)

@@ -6,11 +6,11 @@ Transformers MarianMTModel directory (`serving/marian_import.py`) and a
 Marian release (`serving/marian_npz.py`)."""
 
 import os
-import shutil
 import time
 
 import tensorflow as tf
 
+from tf_transformer import whole_dir
 from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.run import run_dir
 from tf_transformer.serving import marian_import
@@ -47,17 +47,11 @@ def import_marian(source_dir, model_dir):
         dict(MarianVocabulary.read_files(source_dir, ("source.spm",
                                                       "target.spm")),
              **{"vocab.json": vocab_json}), source_dir)
-  tmp = model_dir.rstrip("/") + ".importing"
-  shutil.rmtree(tmp, ignore_errors=True)
-  try:
+  with whole_dir.written(model_dir) as tmp:
     run_dir.save(tmp, imported.model.config)
     vocabulary.save(tmp)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=imported.model),
                                tmp, max_to_keep=1).save()
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
-  os.rename(tmp, model_dir)
   return {"model_dir": model_dir,
           "parameters": imported.model.count_params(),
           "seconds": time.perf_counter() - started,

@@ -260,7 +260,7 @@ class Runner:
                                shortlist=shortlist)
     on_stage(f"tracing the {options.method} search into its signatures and "
              f"writing the next version of {export_dir} ...")
-    path = export_lib.export(module, export_dir)
+    path = export_lib.export(module, export_dir, on_stage)
     on_stage(f"wrote {path}")
     return path
 

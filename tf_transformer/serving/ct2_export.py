@@ -38,11 +38,11 @@ would otherwise change every output:
 import dataclasses
 import json
 import os
-import shutil
 
 import numpy as np
 import sentencepiece as spm
 
+from tf_transformer import whole_dir
 from tf_transformer.data import shortlist_table
 from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.serving.ct2_runtime import DECODING_FILE
@@ -205,20 +205,16 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
   spec = build_spec(model, vocabulary, alignment_layer)
   spec.validate()
   spec.optimize(quantization=quantization)
-  tmp = output_dir.rstrip("/") + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
-  os.makedirs(tmp)
-  spec.save(tmp)
-  vocabulary.save(tmp)
-  if shortlist is not None:
-    with open(os.path.join(tmp, VMAP_FILE), "w", encoding="utf-8") as f:
-      f.writelines(line + "\n" for line in shortlist_table.vmap_lines(
-          *shortlist, vocabulary_pieces(vocabulary)))
-  with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
-    json.dump({"decoding": dataclasses.asdict(options),
-               "max_input_tokens": max_input_tokens,
-               "alignment_layer": alignment_layer},
-              f, indent=2)
-  shutil.rmtree(output_dir, ignore_errors=True)
-  os.rename(tmp, output_dir)
+  with whole_dir.written(output_dir) as tmp:
+    spec.save(tmp)
+    vocabulary.save(tmp)
+    if shortlist is not None:
+      with open(os.path.join(tmp, VMAP_FILE), "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in shortlist_table.vmap_lines(
+            *shortlist, vocabulary_pieces(vocabulary)))
+    with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
+      json.dump({"decoding": dataclasses.asdict(options),
+                 "max_input_tokens": max_input_tokens,
+                 "alignment_layer": alignment_layer},
+                f, indent=2)
   return output_dir

@@ -17,6 +17,12 @@ the layout TF Serving watches, with these signatures:
   token_log_probs [batch, T], lengths [batch]: log P(target | source) under
   teacher forcing, to rerank or filter (`decoding/scoring.py`).
 
+A version is written whole or not at all: into `.writing-<N>-<pid>` beside
+the versions (a name TF Serving, which loads integer names only, and
+`next_version_dir` ignore), then renamed to `<N>` in one step. A write
+stopped by a kill leaves only that folder, which the next export removes and
+says so; one stopped by an error (a full disk) removes it itself.
+
 `count_input_tokens` and `source_ids` are saved too, as functions (TF
 Serving does not expose them; bin/translate.py uses the first to warn about
 cut inputs, and the second gives a Python client the ids `ids` takes).
@@ -32,12 +38,43 @@ CPU has them.
 
 import logging as python_logging
 import os
+import shutil
 
 import tensorflow as tf
 from absl import logging
 
 from tf_transformer import cpu
 from tf_transformer.serving.translation_module import TranslationModule
+
+
+WRITING = ".writing-"
+
+
+def _running(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's process
+    return True
+  return True
+
+
+def remove_leftovers(export_dir):
+  """Removes the `.writing-*` folders in `export_dir` of exports that were
+  stopped (by a kill: their process is gone); returns their paths."""
+  removed = []
+  if not os.path.isdir(export_dir):
+    return removed
+  for name in sorted(os.listdir(export_dir)):
+    if not name.startswith(WRITING):
+      continue
+    pid = name.rsplit("-", 1)[-1]
+    if pid.isdigit() and _running(int(pid)) and int(pid) != os.getpid():
+      continue  # an export under way in another process
+    shutil.rmtree(os.path.join(export_dir, name), ignore_errors=True)
+    removed.append(os.path.join(export_dir, name))
+  return removed
 
 
 def next_version_dir(export_dir):
@@ -87,9 +124,14 @@ class _CaptureRenames(python_logging.Filter):
         record.getMessage())
 
 
-def export(module: TranslationModule, export_dir: str) -> str:
-  """Writes the next version of `export_dir`; returns its path."""
-  path = next_version_dir(export_dir)
+def export(module: TranslationModule, export_dir: str, on_stage=None) -> str:
+  """Writes the next version of `export_dir`, whole (see above); returns
+  its path. `on_stage(text)` hears of leftovers removed."""
+  for leftover in remove_leftovers(export_dir):
+    if on_stage:
+      on_stage(f"removed {leftover}, left by an export that was stopped")
+  version = os.path.basename(next_version_dir(export_dir))
+  writing = os.path.join(export_dir, f"{WRITING}{version}-{os.getpid()}")
   # Saving sets absl's verbosity to FATAL and back with set_verbosity, which
   # pins absl's logger at an explicit level (WARNING unless flags said
   # otherwise): the INFO lines of whatever runs next in this process would
@@ -99,13 +141,29 @@ def export(module: TranslationModule, export_dir: str) -> str:
   renames = _CaptureRenames()
   absl_logger.addFilter(renames)
   try:
-    tf.saved_model.save(module, path, signatures={
+    tf.saved_model.save(module, writing, signatures={
         "serving_default": module.serve, "nbest": module.nbest,
         "ids": module.translate_ids, "attention": module.attention,
         "alignment": module.alignment, "score": module.score,
         "forced_alignment": module.forced_alignment,
         "translate_with_prefix": module.translate_with_prefix})
+  except BaseException:
+    shutil.rmtree(writing, ignore_errors=True)
+    raise
   finally:
     absl_logger.setLevel(level)
     absl_logger.removeFilter(renames)
-  return path
+  return _move_in(writing, export_dir)
+
+
+def _move_in(writing, export_dir):
+  """Renames the folder `writing` to the next free version of `export_dir`
+  (another export may have taken the one chosen at the start)."""
+  while True:
+    path = next_version_dir(export_dir)
+    try:
+      os.rename(writing, path)
+      return path
+    except OSError:
+      if not os.path.isdir(path):
+        raise

@@ -18,6 +18,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer import whole_dir
+
 # What a model directory holds besides checkpoints; copied by averaging.
 # (shortlist.npz: the run's vocabulary shortlist, bin/build_shortlist.py.)
 RUN_FILES = ("config.json", "vocabulary.model", "data_spec.json",
@@ -173,11 +175,15 @@ def average_checkpoints(model, model_dir, num_checkpoints, output_dir,
     total = values if total is None else [t + v for t, v in zip(total, values)]
   for variable, value in zip(model.weights, total):
     variable.assign((value / len(chosen)).astype(variable.dtype))
-  tf.io.gfile.makedirs(output_dir)
-  for name in RUN_FILES:
-    source = os.path.join(model_dir, name)
-    if tf.io.gfile.exists(source):
-      tf.io.gfile.copy(source, os.path.join(output_dir, name), overwrite=True)
   step = step_of(chosen[-1])
-  manager = tf.train.CheckpointManager(checkpoint, output_dir, max_to_keep=1)
-  return manager.save(checkpoint_number=step), chosen
+  # What else the folder holds (an export, a shortlist table built for it)
+  # stays; its old checkpoints go, as the average replaces them.
+  with whole_dir.written(output_dir, carry=lambda name: not name.startswith(
+      ("ckpt-", "checkpoint"))) as writing:
+    for name in RUN_FILES:
+      source = os.path.join(model_dir, name)
+      if tf.io.gfile.exists(source):
+        tf.io.gfile.copy(source, os.path.join(writing, name))
+    tf.train.CheckpointManager(checkpoint, writing, max_to_keep=1).save(
+        checkpoint_number=step)
+  return os.path.join(output_dir, f"ckpt-{step}"), chosen
