@@ -1,6 +1,8 @@
 """Shared test setup: quiet TensorFlow, deterministic seeds, small helpers."""
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 
@@ -69,40 +71,67 @@ def run_script(name, *args, timeout=600, input_text=None, env=None,
       timeout=timeout, input=input_text, env=environment, cwd=REPO)
 
 
+def _made_once(tmp_path_factory, name, make):
+  """A copy, this test process's own, of the folder `make(folder)` fills
+  once for the whole session: the first pytest-xdist worker to ask makes
+  it while the others wait (a lock in the folder the workers share), so
+  the suite trains and exports its shared fixtures once, not once per
+  worker. Copies, as tests write into these runs (a shortlist, exports)."""
+  base = tmp_path_factory.getbasetemp()
+  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+  made = shared / f"once_{name}"
+  with open(shared / f"once_{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (shared / f"once_{name}.complete").exists():
+      shutil.rmtree(made, ignore_errors=True)
+      made.mkdir()
+      make(made)
+      (shared / f"once_{name}.complete").touch()
+  copy = tmp_path_factory.mktemp(name)
+  shutil.copytree(made, copy, dirs_exist_ok=True)
+  return copy
+
+
 @pytest.fixture(scope="session")
 def trained_numbers_run(tmp_path_factory):
   """A run directory of a tiny model trained 400 steps on the numbers task
-  (about 20 s, once per test process): its searches end on EOS early and
+  (about 20 s, once per session): its searches end on EOS early and
   unevenly, as a real model's do."""
-  # pylint: disable=g-import-not-at-top
-  from tf_transformer.run import run_dir
-  from training_helpers import make_trainer, vocabulary
-  model_dir = tmp_path_factory.mktemp("trained_numbers")
-  keras.utils.set_random_seed(1234)
-  trainer = make_trainer(model_dir, train_steps=400, batch_tokens=1024,
-                         log_every_steps=100)
-  trainer.train()
-  run_dir.save(str(model_dir), trainer.config)
-  vocabulary().save(str(model_dir))
-  return model_dir
+
+  def train(model_dir):
+    # pylint: disable=g-import-not-at-top
+    from tf_transformer.run import run_dir
+    from training_helpers import make_trainer, vocabulary
+    keras.utils.set_random_seed(1234)
+    trainer = make_trainer(model_dir, train_steps=400, batch_tokens=1024,
+                           log_every_steps=100)
+    trainer.train()
+    run_dir.save(str(model_dir), trainer.config)
+    vocabulary().save(str(model_dir))
+
+  return _made_once(tmp_path_factory, "trained_numbers", train)
 
 
 @pytest.fixture(scope="session")
 def untrained_export(tmp_path_factory):
   """(run directory, its export's version folder) of an untrained tiny
-  model, exported by bin/export.py with --max_length_offset=8, once per test
-  process: the export that translation, plotting and serving tests share
-  (their module fixtures had each made one, in each process they ran in)."""
+  model, exported by bin/export.py with --max_length_offset=8, once per
+  session: the export that translation, plotting and serving tests share."""
   from training_helpers import write_run_and_export  # pylint: disable=g-import-not-at-top
-  return write_run_and_export(tmp_path_factory, max_length_offset=8)
+  folder = _made_once(tmp_path_factory, "untrained_export",
+                      lambda folder: write_run_and_export(folder, 8))
+  return folder / "run", folder / "saved" / "numbers" / "1"
 
 
 @pytest.fixture(scope="session")
 def trained_export(trained_numbers_run, tmp_path_factory):
   """`trained_numbers_run` exported as a SavedModel version (beam 4, an
   input limit of 24 subwords, above the numbers' longest 18, and outputs of
-  input + 10), once per test process."""
+  input + 10), once per session."""
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
-  return Runner(str(trained_numbers_run)).export(
-      str(tmp_path_factory.mktemp("trained_export") / "numbers"),
-      max_input_tokens=24, max_decode_length_offset=10)
+  folder = _made_once(
+      tmp_path_factory, "trained_export", lambda folder: Runner(
+          str(trained_numbers_run)).export(
+              str(folder / "numbers"), max_input_tokens=24,
+              max_decode_length_offset=10))
+  return str(folder / "numbers" / "1")

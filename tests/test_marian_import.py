@@ -14,6 +14,7 @@ import tensorflow as tf
 import torch
 import transformers
 
+from conftest import run_script
 from tf_transformer import special_ids
 from tf_transformer.decoding import search
 from tf_transformer.serving import marian_import
@@ -253,14 +254,12 @@ def test_imported_run_translates_text_as_transformers(tmp_path):
       str(published / "source.spm"), str(published / "target.spm"),
       str(published / "vocab.json"))
   run = tmp_path / "run"
-  result = subprocess.run(
-      [sys.executable, "bin/import_model.py", f"--from={published}",
-       f"--model_dir={run}"], capture_output=True, text=True, check=False)
+  result = run_script("import_model.py", f"--from={published}",
+                      f"--model_dir={run}")
   assert result.returncode == 0, result.stderr
   assert f"wrote {run}" in result.stdout
-  again = subprocess.run(
-      [sys.executable, "bin/import_model.py", f"--from={published}",
-       f"--model_dir={run}"], capture_output=True, text=True, check=False)
+  again = run_script("import_model.py", f"--from={published}",
+                      f"--model_dir={run}")
   assert again.returncode == 2
   assert "exists" in again.stderr.strip().splitlines()[-1]
   export = Runner(str(run)).export(str(tmp_path / "export"),

@@ -6,8 +6,6 @@ pre-norm; what it cannot represent is refused in one line, and a refused
 import writes nothing."""
 
 import os
-import subprocess
-import sys
 
 import ctranslate2
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from conftest import run_script
 from tf_transformer import special_ids
 from tf_transformer.run.import_run import import_marian
 from tf_transformer.serving import marian_npz
@@ -200,9 +199,8 @@ def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
   release.mkdir()
   _save_release(str(release), tied="decoder")
   run = tmp_path / "run"
-  result = subprocess.run(
-      [sys.executable, "bin/import_model.py", f"--from={release}",
-       f"--model_dir={run}"], capture_output=True, text=True, check=False)
+  result = run_script("import_model.py", f"--from={release}",
+                      f"--model_dir={run}")
   assert result.returncode == 0, result.stderr
   assert "tied-embeddings" in result.stderr  # the note on tied matrices
   export = Runner(str(run)).export(str(tmp_path / "export"),
@@ -320,20 +318,19 @@ def test_fine_tunes_an_imported_release(tmp_path):
     for language, text in (("en", lines), ("de", [s.upper() for s in lines])):
       files[f"{split}.{language}"] = path = tmp_path / f"{split}.{language}"
       path.write_text("\n".join(text) + "\n")
-  result = subprocess.run(
-      [sys.executable, "bin/train.py", f"--model_dir={tuned}",
-       f"--init_from={run}", "--dataset=",
-       f"--train_source={files['train.en']}",
-       f"--train_target={files['train.de']}",
-       f"--dev_source={files['dev.en']}", f"--dev_target={files['dev.de']}",
-       "--train_steps=20", "--eval_every_steps=20",
-       "--checkpoint_every_secs=0",
-       # float32 given: the default (auto) may choose bfloat16 on a CPU with
-       # AVX512_BF16, and step 0's nll is then the import's to within
-       # bfloat16's rounding (about 1e-3), not float32's.
-       "--mixed_precision=float32",
-       "--hparams=warmup_steps=10,max_decode_length_offset=4"],
-      capture_output=True, text=True, check=False)
+  result = run_script(
+      "train.py", f"--model_dir={tuned}",
+      f"--init_from={run}", "--dataset=",
+      f"--train_source={files['train.en']}",
+      f"--train_target={files['train.de']}",
+      f"--dev_source={files['dev.en']}", f"--dev_target={files['dev.de']}",
+      "--train_steps=20", "--eval_every_steps=20",
+      "--checkpoint_every_secs=0",
+      # float32 given: the default (auto) may choose bfloat16 on a CPU with
+      # AVX512_BF16, and step 0's nll is then the import's to within
+      # bfloat16's rounding (about 1e-3), not float32's.
+      "--mixed_precision=float32",
+      "--hparams=warmup_steps=10,max_decode_length_offset=4")
   assert result.returncode == 0, result.stderr[-3000:]
   assert "initialized the model weights from" in result.stderr
   assert (tuned / "marian" / "vocab.json").read_bytes() == (
@@ -349,10 +346,9 @@ def test_fine_tunes_an_imported_release(tmp_path):
   assert evaluations[1]["metrics"]["nll"] < evaluations[0]["metrics"]["nll"]
   # The imported run and its tuned one: one vocabulary, so an ensemble
   # (bin/translate.py --model_dir twice), in Transformers' text form.
-  translated = subprocess.run(
-      [sys.executable, "bin/translate.py", f"--model_dir={run}",
-       f"--model_dir={tuned}", "--decoding=greedy", "--max_length_offset=4"],
-      input=">>fra<< the cat sat\na dog ran\n", capture_output=True,
-      text=True, check=False)
+  translated = run_script(
+      "translate.py", f"--model_dir={run}", f"--model_dir={tuned}",
+      "--decoding=greedy", "--max_length_offset=4",
+      input_text=">>fra<< the cat sat\na dog ran\n")
   assert translated.returncode == 0, translated.stderr[-3000:]
   assert len(translated.stdout.splitlines()) == 2

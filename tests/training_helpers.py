@@ -77,12 +77,12 @@ def write_run_dir(directory):
   return directory
 
 
-def write_run_and_export(tmp_path_factory, max_length_offset):
-  """(run directory, its export's version folder) of an untrained tiny
-  model, exported by bin/export.py as a user would."""
+def write_run_and_export(directory, max_length_offset):
+  """(run directory, its export's version folder), under `directory`, of an
+  untrained tiny model, exported by bin/export.py as a user would."""
   from conftest import run_script  # pylint: disable=g-import-not-at-top
-  model_dir = write_run_dir(tmp_path_factory.mktemp("run"))
-  export_dir = tmp_path_factory.mktemp("saved") / "numbers"
+  model_dir = write_run_dir(directory / "run")
+  export_dir = directory / "saved" / "numbers"
   result = run_script("export.py", f"--model_dir={model_dir}",
                       f"--export_dir={export_dir}",
                       f"--max_length_offset={max_length_offset}")
