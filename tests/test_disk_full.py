@@ -217,3 +217,19 @@ def test_output_to_a_full_device_is_one_line(tmp_path, untrained_export,
                       "--output=/dev/full")
   _says_disk_full(result, script[:-3], "/dev/full",
                   "/dev/full holds the lines written before")
+
+
+def test_a_table_killed_while_written_is_replaced_and_said(tmp_path, caplog):
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from tf_transformer.data import shortlist_table
+  (tmp_path / "shortlist.npz.tmp").write_bytes(b"half a table")
+  table = shortlist_table.Table(np.zeros([5, 2], np.int32),
+                                np.arange(3, dtype=np.int32), "sha", 7)
+  with caplog.at_level("WARNING"):
+    path = shortlist_table.save(table, str(tmp_path))
+  assert f"replacing {path}.tmp, left by a write that was stopped" in (
+      caplog.text)
+  assert sorted(os.listdir(tmp_path)) == ["shortlist.npz"]
+  with np.load(path) as saved:
+    assert int(saved["pairs"]) == 7

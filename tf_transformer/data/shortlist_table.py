@@ -26,6 +26,7 @@ import os
 import typing
 
 import numpy as np
+from absl import logging
 
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.data.errors import DataError
@@ -151,6 +152,9 @@ def _gather(flat, starts, rows):
 def save(table: Table, model_dir) -> str:
   """Writes `table` as MODEL_DIR/shortlist.npz (atomically); its path."""
   path = os.path.join(model_dir, FILENAME)
+  if os.path.exists(path + ".tmp"):
+    logging.warning("replacing %s, left by a write that was stopped",
+                    path + ".tmp")
   with open(path + ".tmp", "wb") as f:
     np.savez(f, candidates=table.candidates, frequent=table.frequent,
              vocabulary_sha256=table.vocabulary_sha256,

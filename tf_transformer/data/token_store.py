@@ -120,6 +120,10 @@ def write(directory, corpus, spec, vocabulary, num_threads=None) -> TokenStore:
   os.makedirs(directory, exist_ok=True)
   tmp = {name: _path(directory, corpus, name) + ".raw" for name in
          ("source", "target")}
+  for path in tmp.values():
+    if os.path.exists(path):
+      logging.warning("replacing %s, left by a tokenization that was "
+                      "stopped", path)
   try:
     with errors.unwrapped(), open(tmp["source"], "wb") as source_file, open(
         tmp["target"], "wb") as target_file, Progress(
