@@ -30,6 +30,7 @@ from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
+from tf_transformer.serving.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import run_script
 import search_reference
@@ -102,6 +103,13 @@ def test_versions_are_integer_folders_written_whole(model_dir, exported):
   assert sorted(os.listdir(export_dir)) == ["1", "2"]
   assert (exported / "saved_model.pb").exists()
   assert (export_dir / "2" / "saved_model.pb").exists()
+  # Given the folder, not a version, translate.py names the newest whole
+  # version (an empty one, as an older release's killed export left, not).
+  (export_dir / "3").mkdir()
+  with pytest.raises(FileNotFoundError, match=(
+      f"pass one of its version folders, e.g. the newest, {export_dir}/2$")):
+    Translator.from_export(str(export_dir))
+  (export_dir / "3").rmdir()
 
 
 LOAD = r"""

@@ -67,13 +67,12 @@ def _kept():
   directory = FLAGS.export_dir
   if FLAGS.format != "saved_model":
     return f"{directory} is as it was; the partial copy is removed", directory
-  versions = sorted(int(name) for name in (
-      os.listdir(directory) if os.path.isdir(directory) else ())
-                    if name.isdigit())
-  if not versions:
+  from tf_transformer.serving import export as export_lib  # pylint: disable=g-import-not-at-top
+  kept = export_lib.versions(directory)
+  if not kept:
     return "no version was written; the partial one is removed", directory
-  return (f"the newest version, {os.path.join(directory, str(versions[-1]))},"
-          " is as it was; the partial one is removed", directory)
+  return (f"the newest version, {os.path.join(directory, str(kept[-1]))}, "
+          "is as it was; the partial one is removed", directory)
 
 
 def run():

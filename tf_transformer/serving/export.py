@@ -77,12 +77,17 @@ def remove_leftovers(export_dir):
   return removed
 
 
+def versions(export_dir):
+  """The integer versions in `export_dir`, ascending ([] where none)."""
+  return sorted(int(name.strip("/")) for name in (
+      tf.io.gfile.listdir(export_dir) if tf.io.gfile.exists(export_dir)
+      else ()) if name.strip("/").isdigit())
+
+
 def next_version_dir(export_dir):
   """export_dir/<integer>, one above the highest version already there."""
-  versions = [int(name) for name in tf.io.gfile.listdir(export_dir)
-              if name.strip("/").isdigit()] if tf.io.gfile.exists(
-                  export_dir) else []
-  return os.path.join(export_dir, str(max(versions, default=0) + 1))
+  return os.path.join(export_dir, str(max(versions(export_dir), default=0)
+                                      + 1))
 
 
 def bfloat16_warning(cpuinfo=cpu.CPUINFO):

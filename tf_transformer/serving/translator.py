@@ -7,6 +7,7 @@ import tensorflow as tf
 from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.serving import ct2_runtime
+from tf_transformer.serving import export as export_lib
 
 
 class Translator:
@@ -51,9 +52,11 @@ class Translator:
     if tf.saved_model.contains_saved_model(path):
       return cls.from_saved_model(path)
     hint = ""
-    if tf.io.gfile.isdir(path) and any(
-        name.strip("/").isdigit() for name in tf.io.gfile.listdir(path)):
-      hint = "; pass one of its version folders, e.g. PATH/1"
+    complete = [version for version in export_lib.versions(path) if
+                tf.saved_model.contains_saved_model(f"{path}/{version}")]
+    if complete:
+      hint = ("; pass one of its version folders, e.g. the newest, "
+              f"{path.rstrip('/')}/{complete[-1]}")
     raise FileNotFoundError(
         f"{path}: neither a SavedModel (saved_model.pb) nor a CTranslate2 "
         f"model ({ct2_runtime.MODEL_FILE}){hint}")
