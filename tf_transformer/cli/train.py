@@ -60,7 +60,7 @@ def main(argv):
   except trainer_lib.DivergedError as e:  # NaN, Inf or a runaway loss
     return _fail(str(e), 3)
   except run_lock.RunLockedError as e:
-    return _fail(f"error: {e}", 4)
+    return command.fail("train", e, 4)
   except KeyboardInterrupt:
     return _fail("stopped at once by a second Ctrl-C, unsaved; the same "
                  "command resumes from the last checkpoint", 130)
