@@ -155,6 +155,9 @@ def test_output_piece_at_bos_id_is_generated(tmp_path):
     (dict(normalize_before=True), "normalize_before=True"),
     (dict(activation_function="tanh"), "activation_function='tanh'"),
     (dict(decoder_layers=1), "encoder_layers=2 and decoder_layers=1"),
+    (dict(decoder_start_token_id=5), "decoder_start_token_id=5: the decoder "
+     "starts from <pad>'s zero vector (pad_token_id=59) or from the first "
+     "piece after the specials (2) here"),
 ])
 def test_refusals_name_the_setting(tmp_path, change, needle):
   _save(str(tmp_path))

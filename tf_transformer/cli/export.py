@@ -1,11 +1,15 @@
 """Exports a trained model as a SavedModel for TensorFlow Serving, in the
 layout TF Serving watches (EXPORT_DIR/<version>/), or with
 --format=ctranslate2 as a CTranslate2 model directory (EXPORT_DIR itself,
-replaced if it exists; needs `pip install -e ".[ctranslate2]"`).
+replaced if it exists; needs `pip install -e ".[ctranslate2]"`), or with
+--format=transformers as a Transformers MarianMTModel directory (EXPORT_DIR
+itself, likewise; needs `pip install -e ".[marian]"`).
 
   bin/export.py --model_dir=/tmp/numbers_avg --export_dir=saved_models/numbers
   bin/export.py --model_dir=/tmp/numbers_avg --format=ctranslate2 \
       --export_dir=saved_models/numbers_ct2
+  bin/export.py --model_dir=/tmp/numbers_avg --format=transformers \
+      --export_dir=exports/numbers_hf
   bin/export.py --model_dir=runs/a/averaged --model_dir=runs/b/averaged \
       --export_dir=saved_models/ensemble
 

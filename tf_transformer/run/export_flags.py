@@ -29,10 +29,13 @@ def define_flags():
   translator_flags.define_ensemble_flag()
   translator_flags.define_shortlist_flag()
   flags.DEFINE_integer("max_input_tokens", 256, "Longer inputs are cut.")
-  flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
+  flags.DEFINE_enum("format", "saved_model",
+                    ["saved_model", "ctranslate2", "transformers"],
                     "saved_model: for TensorFlow Serving; ctranslate2: for "
                     "the CTranslate2 engine (same weights, same search "
-                    "options).")
+                    "options); transformers: a MarianMTModel directory for "
+                    "Transformers and the Hugging Face Hub (post-norm, "
+                    "sinusoidal models).")
   flags.DEFINE_enum("quantization", None, ["int8", "int8_float32", "int16",
                                            "float16", "bfloat16"],
                     "--format=ctranslate2 only: store the weights in this "

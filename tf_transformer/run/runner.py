@@ -41,6 +41,7 @@ from tf_transformer.run import model_path
 from tf_transformer.run import run_config
 from tf_transformer.run import run_dir
 from tf_transformer.serving import ct2_export
+from tf_transformer.serving import transformers_export
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
@@ -197,7 +198,8 @@ class Runner:
     """Exports `checkpoint` (default: the newest) as the next SavedModel
     version of `export_dir`, its weights and matmuls in `dtype` ("float32"
     or "bfloat16"), or with format="ctranslate2" as a CTranslate2 model
-    directory; returns its path. `ensemble`: more runs (or checkpoints in
+    directory, or with format="transformers" as a Transformers
+    `MarianMTModel` directory; returns its path. `ensemble`: more runs (or checkpoints in
     them) of this run's vocabulary, whose models decode with this one as
     one ensemble (`decoding/ensemble.py`, combined by `ensemble_average`),
     in one SavedModel with the same signatures. `decoding`: DecodingOptions
@@ -215,7 +217,7 @@ class Runner:
     if ensemble and format != "saved_model":
       raise ValueError(f"{1 + len(ensemble)} --model_dir: an ensemble "
                        "exports only as --format=saved_model (CTranslate2 "
-                       "decodes one model)")
+                       "and Transformers decode one model)")
     if xla and format != "saved_model":
       raise ValueError("--xla: only for --format=saved_model")
     if quantization and format != "ctranslate2":
@@ -227,8 +229,12 @@ class Runner:
                        f"{', '.join(DTYPES)}")
     if dtype != "float32" and format != "saved_model":
       raise ValueError(f"--dtype={dtype}: only for --format=saved_model "
-                       "(CTranslate2 stores its types by --quantization)")
+                       "(CTranslate2 stores its types by --quantization; "
+                       "a Transformers model is float32)")
     refuse_xla_with_shortlist(xla, bool(shortlist))
+    if shortlist and format == transformers_export.FORMAT:
+      raise ValueError("--shortlist: a Transformers model has no vocabulary "
+                       "shortlist; only --format=saved_model or ctranslate2")
     if checkpoint == "best" and not ensemble:
       checkpoint = best_lib.best_checkpoint(self.model_dir)
     model, vocabulary, options = loading.trained(
@@ -249,6 +255,11 @@ class Runner:
         on_stage(f"warning: {warning}")
     elif format == "saved_model" and export_lib.float32_note():
       on_stage(f"note: {export_lib.float32_note()}")
+    if format == transformers_export.FORMAT:
+      path = transformers_export.export(model, vocabulary, export_dir,
+                                        options, max_input_tokens)
+      on_stage(f"wrote the Transformers MarianMTModel {path}")
+      return path
     if format == "ctranslate2":
       path = ct2_export.export(model, vocabulary, export_dir, options,
                                max_input_tokens, quantization, shortlist,

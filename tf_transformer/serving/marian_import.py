@@ -1,6 +1,7 @@
 """Published Marian models (OPUS-MT; Tiedemann & Thottingal, 2020) as this
 project's `Transformer`: the paper's post-norm encoder-decoder (section 3)
-with [sin | cos] sinusoids, a zero-vector decoder start, swish or relu
+with [sin | cos] sinusoids, a zero-vector decoder start (a learned BOS in
+this project's own exports, `transformers_export`), swish, relu or gelu
 feed-forwards and a bias on the logits (`ModelConfig`), read from a
 Transformers `MarianMTModel` directory (config.json, model.safetensors and
 vocab.json, as `save_pretrained` writes them).
@@ -23,6 +24,7 @@ import numpy as np
 
 from tf_transformer.config import TransformerConfig
 from tf_transformer.data.marian_vocabulary import vocabulary_order
+from tf_transformer.special_ids import BOS_ID
 
 CONFIG = "config.json"
 VOCABULARY = "vocab.json"
@@ -61,12 +63,15 @@ def _read_json(path):
     refuse(path, f"not JSON ({e})")
 
 
-def model_config(hf, path):
+def model_config(hf, path, bos=None):
   """The `ModelConfig` fields of a Transformers Marian config.
 
   Args:
     hf: config.json's dict.
     path: its path, for errors.
+    bos: the published id that takes our BOS_ID (`vocabulary_order`): a
+      decoder that starts from it (as `transformers_export` writes ours)
+      starts from a learned BOS here.
   Returns:
     (fields, notes): the fields, and lines on training-only differences.
   Raises:
@@ -93,10 +98,11 @@ def model_config(hf, path):
   if decoder_vocab != hf["vocab_size"]:
     refuse(path, f"decoder_vocab_size={decoder_vocab} and vocab_size="
             f"{hf['vocab_size']}: one joint vocabulary here")
-  if hf.get("decoder_start_token_id", hf["pad_token_id"]) != hf["pad_token_id"]:
-    refuse(path, f"decoder_start_token_id={hf['decoder_start_token_id']}: "
-            "the decoder starts from <pad>'s zero vector here "
-            f"(pad_token_id={hf['pad_token_id']})")
+  start = hf.get("decoder_start_token_id", hf["pad_token_id"])
+  if start not in (hf["pad_token_id"], bos):
+    refuse(path, f"decoder_start_token_id={start}: the decoder starts "
+            f"from <pad>'s zero vector (pad_token_id={hf['pad_token_id']}) "
+            f"or from the first piece after the specials ({bos}) here")
   fields = dict(
       vocab_size=hf["vocab_size"], num_layers=hf["encoder_layers"],
       d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
@@ -104,7 +110,9 @@ def model_config(hf, path):
       positional_encoding="sinusoidal_halves",
       max_length=hf["max_position_embeddings"], share_embeddings=share,
       norm_position="post", layer_norm_epsilon=1e-5,  # torch's LayerNorm
-      activation=activation, decoder_start="zero", output_bias=True,
+      activation=activation,
+      decoder_start="zero" if start == hf["pad_token_id"] else "bos",
+      output_bias=True,
       dropout_rate=hf.get("dropout", 0.1),
       attention_dropout_rate=hf.get("attention_dropout", 0.0))
   notes = []
@@ -272,9 +280,9 @@ def from_transformers(directory, dtype=None) -> Imported:
   from tf_transformer.model import build_model  # pylint: disable=g-import-not-at-top
   config_path = os.path.join(directory, CONFIG)
   hf = _read_json(config_path)
-  fields, notes = model_config(hf, config_path)
   order = vocabulary_order(hf["vocab_size"],
                            *_special_ids(directory, hf, hf["vocab_size"]))
+  fields, notes = model_config(hf, config_path, int(order[BOS_ID]))
   tensors, weights_path = read_weights(directory)
   weights = Weights(tensors, weights_path)
   config = TransformerConfig.from_flat(fields)
