@@ -20,10 +20,12 @@ import sys
 import tempfile
 
 from absl import flags
+import numpy as np
 
 from tf_transformer import command
 from tf_transformer.data.corpora import read_lines
 from tf_transformer.data.errors import DataError
+from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "A training run or an averaged one.")
@@ -41,10 +43,8 @@ flags.mark_flags_as_required(["model_dir", "source", "reference"])
 
 def _ours(model, sources, offset, **options):
   """Our search's best output (ids, EOS included) for each source."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tf_transformer.decoding import search  # pylint: disable=g-import-not-at-top
-  from tf_transformer.special_ids import PAD_ID  # pylint: disable=g-import-not-at-top
   outputs = []
   for start in range(0, len(sources), FLAGS.batch_size):
     part = sources[start:start + FLAGS.batch_size]
@@ -59,7 +59,6 @@ def _ours(model, sources, offset, **options):
 
 def _theirs(model, sources, offset, **options):
   import torch  # pylint: disable=g-import-not-at-top
-  from tf_transformer.special_ids import PAD_ID  # pylint: disable=g-import-not-at-top
   outputs = []
   for source in sources:
     with torch.no_grad():
@@ -71,7 +70,6 @@ def _theirs(model, sources, offset, **options):
 
 
 def _largest_log_prob_gap(ours, theirs, sources, targets, start):
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   worst = 0.0
@@ -103,7 +101,6 @@ def main(argv):
   import transformers
   from tf_transformer.run import loading
   from tf_transformer.run.runner import Runner
-  from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
   export_dir = FLAGS.export_dir or os.path.join(
       tempfile.mkdtemp(prefix="compare_transformers_"), "hf")
   Runner(FLAGS.model_dir).export(export_dir, format="transformers")

@@ -14,6 +14,7 @@ import tensorflow as tf
 import torch
 import transformers
 from num2words import num2words
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from conftest import run_script
@@ -108,8 +109,8 @@ def test_log_probs_equal_ours(tmp_path, overrides):
   assert generation["bad_words_ids"] == [[special_ids.PAD_ID],
                                          [special_ids.BOS_ID]]
   assert generation["num_beams"] == 4
-  metadata = __import__("safetensors").safe_open(
-      str(tmp_path / "hf" / "model.safetensors"), "np").metadata()
+  metadata = safe_open(str(tmp_path / "hf" / "model.safetensors"),
+                       "np").metadata()
   assert metadata == {"format": "pt"}
 
 

@@ -199,10 +199,10 @@ class Runner:
     version of `export_dir`, its weights and matmuls in `dtype` ("float32"
     or "bfloat16"), or with format="ctranslate2" as a CTranslate2 model
     directory, or with format="transformers" as a Transformers
-    `MarianMTModel` directory; returns its path. `ensemble`: more runs (or checkpoints in
-    them) of this run's vocabulary, whose models decode with this one as
-    one ensemble (`decoding/ensemble.py`, combined by `ensemble_average`),
-    in one SavedModel with the same signatures. `decoding`: DecodingOptions
+    `MarianMTModel` directory; returns its path. `ensemble`: more runs (or
+    checkpoints in them) of this run's vocabulary, whose models decode with
+    this one as one ensemble (`decoding/ensemble.py`, combined by
+    `ensemble_average`), in one SavedModel with the same signatures. `decoding`: DecodingOptions
     fields (None keeps the config's); `on_stage(text)` hears of each stage
     and warning. `shortlist` (K, N): every search decodes over its
     request's shortlist of the run's table (`build_shortlist`), K
