@@ -146,16 +146,21 @@ def state_dict(model) -> dict:
   return tensors
 
 
-def _start(config):
-  """The decoder's start id: our BOS, or <pad>'s zero row (Marian's)."""
-  return (special_ids.PAD_ID if config.decoder_start == "zero"
-          else special_ids.BOS_ID)
+def _ids(config) -> dict:
+  """The special ids config.json and generation_config.json both set: the
+  decoder starts from our BOS, or from <pad>'s zero row (Marian's); EOS is
+  not forced at the length limit, where our searches cut a sentence as it
+  stands (MarianConfig's default would force id 0)."""
+  start = (special_ids.PAD_ID if config.decoder_start == "zero"
+           else special_ids.BOS_ID)
+  return {"pad_token_id": special_ids.PAD_ID,
+          "eos_token_id": special_ids.EOS_ID, "forced_eos_token_id": None,
+          "bos_token_id": start, "decoder_start_token_id": start}
 
 
 def model_config(model) -> dict:
   """config.json: a `MarianConfig` with every id set."""
   config = model.config.model
-  start = _start(config)
   return {
       "architectures": ["MarianMTModel"], "model_type": "marian",
       "is_encoder_decoder": True,
@@ -175,14 +180,7 @@ def model_config(model) -> dict:
       "attention_dropout": config.attention_dropout_rate,
       "activation_dropout": 0.0,
       "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
-      "init_std": 0.02, "use_cache": True,
-      "pad_token_id": special_ids.PAD_ID,
-      "eos_token_id": special_ids.EOS_ID,
-      # Not forced at the length limit: our searches cut a sentence there
-      # as it stands (MarianConfig's default would force id 0).
-      "forced_eos_token_id": None,
-      "bos_token_id": start,
-      "decoder_start_token_id": start,
+      "init_std": 0.02, "use_cache": True, **_ids(config),
   }
 
 
@@ -192,20 +190,18 @@ def generation_config(model, options) -> dict:
   penalty divides by length^alpha, not section 6.1's GNMT penalty: left at
   its default.)"""
   config = model.config.model
-  start = _start(config)
   return {
-      "bos_token_id": start, "decoder_start_token_id": start,
-      "eos_token_id": special_ids.EOS_ID, "forced_eos_token_id": None,
-      "pad_token_id": special_ids.PAD_ID,
+      **_ids(config),
       "bad_words_ids": [[i] for i in special_ids.never_output(
           config.decoder_start)],
       "num_beams": options.beam_size, "max_length": config.max_length,
   }
 
 
-def tokenizer_files(vocabulary) -> dict:
-  """{name: bytes}: source.spm, target.spm and vocab.json (each piece at our
-  id, so `MarianTokenizer`'s ids are the model's)."""
+def tokenizer_files(vocabulary, max_input_tokens) -> dict:
+  """{name: bytes}: source.spm, target.spm, vocab.json (each piece at our
+  id, so `MarianTokenizer`'s ids are the model's) and tokenizer_config.json
+  (`MarianTokenizer` with our special pieces)."""
   if isinstance(vocabulary, MarianVocabulary):
     files = {name: vocabulary.files[name] for name in TOKENIZER_FILES}
   else:
@@ -214,17 +210,13 @@ def tokenizer_files(vocabulary) -> dict:
   files["vocab.json"] = json.dumps(
       {piece: i for i, piece in enumerate(pieces)}, ensure_ascii=False,
       indent=0).encode("utf-8")
+  files["tokenizer_config.json"] = json.dumps({
+      "tokenizer_class": "MarianTokenizer",
+      "model_max_length": max_input_tokens, "separate_vocabs": False,
+      "unk_token": pieces[special_ids.UNK_ID],
+      "eos_token": pieces[special_ids.EOS_ID],
+      "pad_token": pieces[special_ids.PAD_ID]}, indent=2).encode("utf-8")
   return files
-
-
-def tokenizer_config(vocabulary, max_input_tokens) -> dict:
-  """tokenizer_config.json: `MarianTokenizer` with our special pieces."""
-  pieces = vocabulary_pieces(vocabulary)
-  return {"tokenizer_class": "MarianTokenizer",
-          "model_max_length": max_input_tokens, "separate_vocabs": False,
-          "unk_token": pieces[special_ids.UNK_ID],
-          "eos_token": pieces[special_ids.EOS_ID],
-          "pad_token": pieces[special_ids.PAD_ID]}
 
 
 def export(model, vocabulary, output_dir, options, max_input_tokens=256):
@@ -255,15 +247,13 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256):
   with whole_dir.written(output_dir) as tmp:
     save_file(tensors, os.path.join(tmp, marian_import.SAFETENSORS),
               metadata={"format": "pt"})
-    for name, data in (
-        (marian_import.CONFIG, model_config(model)),
-        ("generation_config.json", generation_config(model, options)),
-        ("tokenizer_config.json", tokenizer_config(
-            vocabulary, min(max_input_tokens, model.config.model.max_length)))
-    ):
+    for name, data in ((marian_import.CONFIG, model_config(model)),
+                       ("generation_config.json",
+                        generation_config(model, options))):
       with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
-    for name, data in tokenizer_files(vocabulary).items():
+    for name, data in tokenizer_files(vocabulary, min(
+        max_input_tokens, model.config.model.max_length)).items():
       with open(os.path.join(tmp, name), "wb") as f:
         f.write(data)
   return output_dir
