@@ -26,6 +26,8 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer.training import checkpoints
+
 BEST_DIR = "best"
 BEST_FILE = "best.json"
 HISTORY_FILE = "evaluations.json"
@@ -169,8 +171,7 @@ class DevRecord:
     for run_file in self.run_files:
       source = os.path.join(self.model_dir, run_file)
       if tf.io.gfile.exists(source):
-        tf.io.gfile.copy(source, os.path.join(directory, run_file),
-                         overwrite=True)
+        checkpoints.copy_run_file(source, os.path.join(directory, run_file))
     # The index names the new checkpoint only once its files are complete,
     # by its bare name: TensorFlow reads it relative to the directory
     # wherever the run is moved. (tf.compat.v1.train.update_checkpoint_state

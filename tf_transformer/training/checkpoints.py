@@ -21,9 +21,17 @@ from absl import logging
 from tf_transformer import whole_dir
 
 # What a model directory holds besides checkpoints; copied by averaging.
-# (shortlist.npz: the run's vocabulary shortlist, bin/build_shortlist.py.)
+# (shortlist.npz: the run's vocabulary shortlist, bin/build_shortlist.py;
+# marian/: an imported model's vocabulary, data/marian_vocabulary.py.)
 RUN_FILES = ("config.json", "vocabulary.model", "data_spec.json",
-             "data_stats.json", "shortlist.npz")
+             "data_stats.json", "shortlist.npz", "marian/source.spm",
+             "marian/target.spm", "marian/vocab.json")
+
+
+def copy_run_file(source, target):
+  """Copies a `RUN_FILES` file, making its folder (marian/) first."""
+  tf.io.gfile.makedirs(os.path.dirname(target))
+  tf.io.gfile.copy(source, target, overwrite=True)
 
 
 # TensorFlow logs this at INFO on every save; say what was saved instead.
@@ -183,7 +191,7 @@ def average_checkpoints(model, model_dir, num_checkpoints, output_dir,
     for name in RUN_FILES:
       source = os.path.join(model_dir, name)
       if tf.io.gfile.exists(source):
-        tf.io.gfile.copy(source, os.path.join(writing, name))
+        copy_run_file(source, os.path.join(writing, name))
     tf.train.CheckpointManager(checkpoint, writing, max_to_keep=1).save(
         checkpoint_number=step)
   return os.path.join(output_dir, f"ckpt-{step}"), chosen
