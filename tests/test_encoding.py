@@ -46,6 +46,8 @@ def _model(overrides, dtype):
     ("activation=swish,positional_encoding=sinusoidal_halves", "float32",
      "graph"),
     ("activation=gelu", "float32", "eager"),
+    ("norm_position=pre,activation=gelu_tanh,"
+     "positional_encoding=sinusoidal_opennmt", "float32", "graph"),
     ("", "bfloat16", "graph"), ("norm_position=pre", "bfloat16", "eager")])
 def test_memory_equals_the_keras_encoder_at_real_tokens(overrides, dtype,
                                                         mode):

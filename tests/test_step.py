@@ -56,7 +56,11 @@ def _model(overrides="", dtype=None, seed=3):
     ("activation=gelu,decoder_start=zero,output_bias=true", 3, "xla",
      "float32"),
     ("activation=swish,positional_encoding=sinusoidal_halves,"
-     "output_bias=true", 2, "eager", "bfloat16")])
+     "output_bias=true", 2, "eager", "bfloat16"),
+    # OpenNMT-tf's (serving/opennmt_import.py).
+    ("norm_position=pre,activation=gelu_tanh,layer_norm_epsilon=0.001,"
+     "positional_encoding=sinusoidal_opennmt,output_bias=true", 2, "xla",
+     "float32")])
 def test_each_position_equals_teacher_forcing(overrides, group, mode, dtype):
   """Every step, each row's logits equal a teacher-forced pass over its own
   history, while rows take over other slots' hypotheses as in a beam

@@ -17,9 +17,14 @@ from typing import Optional
 
 # "sinusoidal": section 3.5's sines and cosines interleaved;
 # "sinusoidal_halves": the same sines then the same cosines, [sin | cos], as
-# Transformers' and CTranslate2's Marian models lay them out.
-POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal_halves", "learned")
-ACTIVATIONS = ("relu", "swish", "gelu")  # eq. 2's max(0, .) is "relu"
+# Transformers' and CTranslate2's Marian models lay them out;
+# "sinusoidal_opennmt": [sin | cos] with tensor2tensor's frequencies
+# (spaced by 1/(d_model/2 - 1)) and positions counted from 1, as OpenNMT-tf's
+# SinusoidalPositionEncoder computes them.
+POSITIONAL_ENCODINGS = ("sinusoidal", "sinusoidal_halves",
+                        "sinusoidal_opennmt", "learned")
+# eq. 2's max(0, .) is "relu"; "gelu_tanh" is GELU's tanh approximation.
+ACTIVATIONS = ("relu", "swish", "gelu", "gelu_tanh")
 DECODER_STARTS = ("bos", "zero")
 # What a checkpoint's weights are made for; every other field is the training
 # recipe, runtime or decoding, which a resumed run may change.
@@ -27,7 +32,7 @@ ARCHITECTURE_FIELDS = ("vocab_size", "num_layers", "d_model", "d_ff",
                        "num_heads", "d_k", "d_v", "positional_encoding",
                        "max_length", "share_embeddings", "norm_position",
                        "layer_norm_epsilon", "activation", "decoder_start",
-                       "output_bias")
+                       "output_bias", "source_eos")
 NORM_POSITIONS = ("post", "pre")
 
 
@@ -59,14 +64,18 @@ class ModelConfig:
   share_embeddings: bool = True
   norm_position: str = "post"  # the paper's LayerNorm(x + Dropout(Sublayer(x)))
   layer_norm_epsilon: float = 1e-6
-  # The feed-forward's activation (eq. 2: "relu"; "swish" (SiLU) and exact
-  # "gelu" for models trained so, such as OPUS-MT's).
+  # The feed-forward's activation (eq. 2: "relu"; "swish" (SiLU), exact
+  # "gelu" and "gelu_tanh" for models trained so, such as OPUS-MT's and
+  # OpenNMT-tf's).
   activation: str = "relu"
   # What the decoder's first position embeds: "bos", a learned BOS token
   # (special_ids.BOS_ID); "zero", a zero vector (Marian), where BOS_ID is
   # an ordinary piece the search may output.
   decoder_start: str = "bos"
   output_bias: bool = False  # a bias on the logits, x E^T + b
+  # Whether every source ends with EOS, as this project trains; OpenNMT-tf
+  # models read their source without one unless trained so.
+  source_eos: bool = True
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
 

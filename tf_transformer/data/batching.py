@@ -35,12 +35,12 @@ def text_dataset(pairs: Callable) -> tf.data.Dataset:
   return tf.data.Dataset.from_generator(pairs, output_signature=STRING_PAIR)
 
 
-def tokenize(text_pairs: tf.data.Dataset, vocabulary,
-             chunk: int = 1024) -> tf.data.Dataset:
-  """(source, target) strings -> (source ids + EOS, target ids), in graph
-  (`sequences`)."""
+def tokenize(text_pairs: tf.data.Dataset, vocabulary, chunk: int = 1024,
+             source_eos: bool = True) -> tf.data.Dataset:
+  """(source, target) strings -> (source ids + EOS (none unless
+  `source_eos`), target ids), in graph (`sequences`)."""
   def encode(source, target):
-    return (sequences.source_ids(vocabulary, source),
+    return (sequences.source_ids(vocabulary, source, eos=source_eos),
             sequences.subwords(sequences.target_side(vocabulary), target))
   return (text_pairs.batch(chunk)
           .map(encode, num_parallel_calls=tf.data.AUTOTUNE).unbatch())

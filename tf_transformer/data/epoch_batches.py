@@ -40,9 +40,9 @@ class EpochBatches:
   """The batches of each epoch of `store` for one input pipeline."""
 
   def __init__(self, store, batch_tokens, max_length, seed=0,
-               num_pipelines=1, pipeline=0):
+               num_pipelines=1, pipeline=0, source_eos=True):
     batching.check_budget(batch_tokens, max_length)
-    self.store, self.seed = store, seed
+    self.store, self.seed, self.source_eos = store, seed, source_eos
     self.num_pipelines, self.pipeline = num_pipelines, pipeline
     self.lengths = np.array(batching.bucket_lengths(max_length))
     self.rows = np.maximum(batch_tokens // self.lengths, 1)
@@ -88,15 +88,16 @@ class EpochBatches:
     return order, starts[batches], ends[batches], groups[batches]
 
   def batch(self, epoch, index):
-    """This pipeline's batch `index` of `epoch`: (source + EOS, BOS +
-    target, target + EOS), int32 [rows, length], padded with PAD (0)."""
+    """This pipeline's batch `index` of `epoch`: (source + EOS (no EOS
+    unless `source_eos`), BOS + target, target + EOS), int32 [rows,
+    length], padded with PAD (0)."""
     order, starts, ends, groups = self.plan(int(epoch))
     b = int(index) * self.num_pipelines + self.pipeline
     pairs = np.sort(order[starts[b]:ends[b]])  # reads in file order
     width = int(self.lengths[groups[b]])
     store = self.store
     return (_padded(store.source, store.offsets[:, 0], pairs, width,
-                    last=EOS_ID),
+                    last=EOS_ID if self.source_eos else None),
             _padded(store.target, store.offsets[:, 1], pairs, width,
                     first=BOS_ID),
             _padded(store.target, store.offsets[:, 1], pairs, width,
@@ -207,13 +208,13 @@ def _padded(flat, offsets, pairs, width, first=None, last=None):
 
 
 def training_batches(stores, batch_tokens, max_length, seed=0,
-                     num_pipelines=1, pipeline=0):
+                     num_pipelines=1, pipeline=0, source_eos=True):
   """The batches of `stores` ([(TokenStore, weight)], `token_store.
   open_training`): `EpochBatches` for one corpus, `WeightedBatches` for
-  several."""
+  several; sources end with EOS where `source_eos`."""
   parts = [EpochBatches(store, batch_tokens, max_length,
                         seed if len(stores) == 1 else (seed, k),
-                        num_pipelines, pipeline)
+                        num_pipelines, pipeline, source_eos)
            for k, (store, _) in enumerate(stores)]
   if len(parts) == 1:
     return parts[0]
@@ -221,16 +222,17 @@ def training_batches(stores, batch_tokens, max_length, seed=0,
 
 
 def training_stream_fn(stores, batch_tokens, max_length, seed=0,
-                       start_epoch=0, start_batch=0):
+                       start_epoch=0, start_batch=0, source_eos=True):
   """For `strategy.distribute_datasets_from_function`: each input pipeline
   takes its share of every epoch's batches, of `batch_tokens /
   num_replicas` tokens a side, so a global step sees about `batch_tokens`
-  tokens a side; the stream starts at (`start_epoch`, `start_batch`)."""
+  tokens a side; the stream starts at (`start_epoch`, `start_batch`);
+  sources end with EOS where `source_eos` (`ModelConfig.source_eos`)."""
   def dataset_fn(input_context: tf.distribute.InputContext):
     batches = training_batches(
         stores, batch_tokens // input_context.num_replicas_in_sync,
         max_length, seed, input_context.num_input_pipelines,
-        input_context.input_pipeline_id)
+        input_context.input_pipeline_id, source_eos)
     pairs = sum(store.num_pairs for store, _ in stores)
     kept = sum(len(p.kept) for p in getattr(batches, "parts", [batches]))
     logging.info("input pipeline %d of %d: %d of each epoch's %d batches "

@@ -2,7 +2,8 @@
 evaluation, translation and the export (section 3.1: the encoder reads the
 source, the decoder its output shifted right).
 
-- `source_ids`: subwords of the text, cut to `max_tokens` if given, then EOS;
+- `source_ids`: subwords of the text, cut to `max_tokens` if given, then EOS
+  (unless the model reads its source without, `ModelConfig.source_eos`);
 - `labels`: the target's subwords then EOS (what the decoder predicts);
 - `decoder_input`: BOS then the labels without their last token (the
   labels shifted right by one position).
@@ -32,12 +33,13 @@ def target_side(tokenizer):
   return getattr(tokenizer, "target", None) or tokenizer
 
 
-def source_ids(tokenizer, text, max_tokens=None):
-  """The encoder's input: subwords (cut to `max_tokens`) then EOS."""
+def source_ids(tokenizer, text, max_tokens=None, eos=True):
+  """The encoder's input: subwords (cut to `max_tokens`) then EOS, or no
+  EOS where `eos` is False (`ModelConfig.source_eos`)."""
   ids = subwords(tokenizer, text)
   if max_tokens is not None:
     ids = ids[..., :max_tokens]
-  return _append(ids, EOS_ID)
+  return _append(ids, EOS_ID) if eos else ids
 
 
 def labels(target_ids):

@@ -183,8 +183,7 @@ def encode(weights: EncoderWeights, shape, source_ids, model: named.Model):
     positions = tf.cast(model.source_positions, dtype)
   else:
     positions = sinusoid_table(tf.range(padded_shape[1]), d_model, dtype,
-                               halves=shape.positional_encoding
-                               == "sinusoidal_halves")
+                               kind=shape.positional_encoding)
   x += tf.gather(positions, where[:, 1])
   key_mask = masks.key_padding_mask(source_mask)
   for layer in weights.layers:

@@ -56,6 +56,9 @@ class Ensemble(tf.Module):
     if len(starts) > 1:
       raise ValueError(f"the members' decoder_start differ ({sorted(starts)}):"
                        " an ensemble's members must share one vocabulary")
+    if len({m.config.model.source_eos for m in members}) > 1:
+      raise ValueError("the members' source_eos differ: an ensemble's "
+                       "members read one source sequence")
     self.members = members
     self.average = average
     # The member whose limits bind: a learned position table has no rows

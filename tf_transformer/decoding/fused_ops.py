@@ -9,7 +9,8 @@ sub-layers in.
 import tensorflow as tf
 
 _ACTIVATIONS = {"relu": tf.nn.relu, "swish": tf.nn.silu,
-                "gelu": lambda x: tf.nn.gelu(x, approximate=False)}
+                "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+                "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True)}
 
 
 def dense(x, kernel, bias, residual=None, activation=None):
@@ -24,7 +25,7 @@ def dense(x, kernel, bias, residual=None, activation=None):
     kernel, bias: [d_in, d_out] and [d_out].
     residual: [rows, d_out] added after, or None.
     activation: None, or the feed-forward's (eq. 2's "relu", "swish",
-      "gelu"), as `layers.feed_forward.activate`.
+      "gelu", "gelu_tanh"), as `layers.feed_forward.activate`.
   Returns:
     [rows, d_out].
   """

@@ -80,8 +80,9 @@ def score_texts(model, tokenizer, source, target, max_input_tokens,
     {"log_prob" [batch], "token_log_probs" [batch, T], "lengths" [batch]
     int32, the scored tokens, EOS included}.
   """
-  source_ids = sequences.source_ids(tokenizer, source,
-                                    max_input_tokens).to_tensor()
+  source_ids = sequences.source_ids(
+      tokenizer, source, max_input_tokens,
+      eos=model.config.model.source_eos).to_tensor()
   labels = target_labels(target_tokenizer or tokenizer, target,
                          max_target_tokens)
   return scores_of(token_log_probs(model, source_ids, labels), labels)

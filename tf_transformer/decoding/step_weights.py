@@ -199,7 +199,7 @@ def prepare(model: named.Model, dtype, max_positions) -> StepWeights:
   else:
     positions = sinusoid_table(
         tf.range(max_positions), d_model, dtype,
-        halves=model.positional_encoding == "sinusoidal_halves")
+        kind=model.positional_encoding)
   post_norm = model.norm_position != "pre"
   beta, gamma = tf.zeros([d_model]), None
   layers = []

@@ -14,6 +14,8 @@ import keras
 
 from tf_transformer.layers.policy import PolicyLayer
 
+SINUSOIDAL = ("sinusoidal", "sinusoidal_halves", "sinusoidal_opennmt")
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class SharedEmbedding(PolicyLayer):
@@ -95,27 +97,36 @@ class SharedEmbedding(PolicyLayer):
             "d_model": self.d_model, "scale": self.scale}
 
 
-def sinusoid_table(positions, d_model, dtype="float32", halves=False):
+def sinusoid_table(positions, d_model, dtype="float32", kind="sinusoidal"):
   """The sinusoidal encodings of section 3.5:
-  PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...),
-  sin and cos interleaved as in the paper; with `halves`, the same sines in
-  the first half of the dimensions and the same cosines in the second
-  (Transformers' and CTranslate2's Marian models; Marian and tensor2tensor
-  lay them out so but space the frequencies by 1/(d_model/2 - 1)).
+  PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...).
 
   Args:
-    positions: [length] positions (any number type).
+    positions: [length] positions from 0 (any number type).
     d_model: the model width.
     dtype: the table's dtype.
-    halves: [sin | cos] rather than interleaved.
+    kind: the layout (config.POSITIONAL_ENCODINGS): "sinusoidal", sin and
+      cos interleaved as in the paper; "sinusoidal_halves", the same sines
+      in the first half of the dimensions and the same cosines in the
+      second (Transformers' and CTranslate2's Marian models);
+      "sinusoidal_opennmt", [sin | cos] of position + 1 with frequencies
+      10000^(-i/(d_model/2 - 1)), as OpenNMT-tf's SinusoidalPositionEncoder
+      (tensor2tensor's spacing).
   Returns:
     [length, d_model].
   """
   ops = keras.ops
   positions = ops.cast(positions, "float32")[:, None]
+  if kind == "sinusoidal_opennmt":
+    increment = math.log(10000.0) / (d_model / 2 - 1)
+    frequencies = ops.exp(ops.arange(d_model // 2, dtype="float32")
+                          * -increment)
+    angles = (positions + 1.0) * frequencies
+    return ops.cast(ops.concatenate([ops.sin(angles), ops.cos(angles)],
+                                    axis=-1), dtype)
   two_i = ops.arange(0, d_model, 2, dtype="float32")
   angles = positions / ops.power(10000.0, two_i / d_model)
-  if halves:
+  if kind == "sinusoidal_halves":
     table = ops.concatenate([ops.sin(angles),
                              ops.cos(angles[:, :d_model // 2])], axis=-1)
   else:
@@ -130,12 +141,15 @@ class SinusoidalPositionalEncoding(PolicyLayer):
   length).
 
   Args:
-    halves: lay the encoding out as [sin | cos] (`sinusoid_table`).
+    kind: the layout, "sinusoidal", "sinusoidal_halves" or
+      "sinusoidal_opennmt" (`sinusoid_table`).
+    halves: True reads as kind="sinusoidal_halves" (configs saved before
+      `kind`).
   """
 
-  def __init__(self, halves=False, **kwargs):
+  def __init__(self, halves=False, kind=None, **kwargs):
     super().__init__(**kwargs)
-    self.halves = halves
+    self.kind = kind or ("sinusoidal_halves" if halves else "sinusoidal")
 
   def call(self, inputs, start=0):
     """Args:
@@ -146,14 +160,14 @@ class SinusoidalPositionalEncoding(PolicyLayer):
     """
     positions = start + keras.ops.arange(keras.ops.shape(inputs)[1])
     return inputs + sinusoid_table(positions, inputs.shape[-1], inputs.dtype,
-                                   self.halves)
+                                   self.kind)
 
   def named_weights(self):
     """None: no table, the sinusoids of any position (`sinusoid_table`)."""
     return None
 
   def get_config(self):
-    return {**super().get_config(), "halves": self.halves}
+    return {**super().get_config(), "kind": self.kind}
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -224,17 +238,16 @@ def positional_encoding(kind, max_length, name="positional_encoding",
   """The positional layer of a config (section 3.5, Table 3 row E).
 
   Args:
-    kind: "sinusoidal", "sinusoidal_halves" or "learned"
+    kind: "learned", or a sinusoidal layout of `sinusoid_table`
       (config.POSITIONAL_ENCODINGS).
     max_length: the learned table's rows.
     name, dtype: the layer's.
   Returns:
     A `SinusoidalPositionalEncoding` or a `LearnedPositionalEmbedding`.
   """
-  if kind in ("sinusoidal", "sinusoidal_halves"):
-    return SinusoidalPositionalEncoding(kind == "sinusoidal_halves",
-                                        name=name, dtype=dtype)
+  if kind in SINUSOIDAL:
+    return SinusoidalPositionalEncoding(kind=kind, name=name, dtype=dtype)
   if kind == "learned":
     return LearnedPositionalEmbedding(max_length, name=name, dtype=dtype)
-  raise ValueError(f"positional_encoding={kind!r}: expected 'sinusoidal', "
-                   "'sinusoidal_halves' or 'learned'")
+  raise ValueError(f"positional_encoding={kind!r}: expected one of "
+                   f"{SINUSOIDAL + ('learned',)}")

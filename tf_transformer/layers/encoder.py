@@ -90,7 +90,8 @@ class EncoderLayer(_TransformerBlock):
     norm_position: "post" (the paper's LayerNorm(x + Sublayer(x))) or "pre".
     layer_norm_epsilon: the LayerNorm's epsilon.
     xla_attention: whether the attention core runs compiled by XLA.
-    activation: the feed-forward's ("relu", eq. 2's; "swish", "gelu").
+    activation: the feed-forward's ("relu", eq. 2's; "swish", "gelu",
+      "gelu_tanh").
   """
 
   def build(self, x_shape, padding_mask_shape=None):

@@ -18,7 +18,7 @@ _CACHE_LINE_BYTES = 64
 def inner_padding(d_ff, dtype):
   """Zero units to add to the inner layer so that its rows are not a
   multiple of 512 bytes apart. The padded units compute act(x 0 + 0) = 0
-  (relu, swish and gelu of 0 are 0) and W_2's padded rows are 0, so FFN(x)
+  (relu, swish and both gelus of 0 are 0) and W_2's padded rows are 0, so FFN(x)
   is the same.
 
   Args:
@@ -45,7 +45,8 @@ def padded_weights(w1, b1, w2, padding):
 
 def activate(x, activation):
   """The inner layer's activation: "relu", eq. 2's max(0, x); "swish",
-  x sigmoid(x) (SiLU); "gelu", x Phi(x), exact (erf), as Transformers'.
+  x sigmoid(x) (SiLU); "gelu", x Phi(x), exact (erf), as Transformers';
+  "gelu_tanh", its tanh approximation, as OpenNMT-tf's `gelu`.
 
   Args:
     x: a tensor.
@@ -59,8 +60,17 @@ def activate(x, activation):
     return keras.ops.silu(x)
   if activation == "gelu":
     return keras.ops.gelu(x, approximate=False)
-  raise ValueError(f"activation={activation!r}: expected 'relu', 'swish' "
-                   "or 'gelu'")
+  if activation == "gelu_tanh":
+    return gelu_tanh(x)
+  raise ValueError(f"activation={activation!r}: expected 'relu', 'swish', "
+                   "'gelu' or 'gelu_tanh'")
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+def gelu_tanh(x):
+  """GELU's tanh approximation, as a Keras activation (`Dense`'s, which
+  has no name for it)."""
+  return keras.ops.gelu(x, approximate=True)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -74,15 +84,17 @@ class PositionwiseFeedForward(PolicyLayer):
 
   Args:
     d_ff: the inner layer's width; the output has the input's d_model.
-    activation: "relu" (eq. 2), "swish" or "gelu" (`activate`).
+    activation: "relu" (eq. 2), "swish", "gelu" or "gelu_tanh"
+      (`activate`).
   """
 
   def __init__(self, d_ff, activation="relu", **kwargs):
     super().__init__(**kwargs)
     self.d_ff = d_ff
     self.activation = activation
-    self.inner = keras.layers.Dense(d_ff, activation=activation, name="inner",
-                                    dtype=self.dtype_policy)
+    self.inner = keras.layers.Dense(
+        d_ff, activation=gelu_tanh if activation == "gelu_tanh" else activation,
+        name="inner", dtype=self.dtype_policy)
     self.outer = None
 
   def build(self, x_shape):

@@ -302,7 +302,8 @@ class Runner:
     pairs = evaluator.dev_pairs(run_dir.load_spec(self.model_dir))
     pairs_translated = pairs[:max_sentences] if max_sentences else pairs
     scores, hypotheses = evaluator.translation_scores(
-        evaluator.best_ids_fn(model, options), vocabulary, pairs_translated)
+        evaluator.best_ids_fn(model, options), vocabulary, pairs_translated,
+        source_eos=model.config.model.source_eos)
     label_smoothing = run_dir.load_config(
         self.model_dir).training.label_smoothing
     return dict(scores, **evaluator.teacher_forced_losses(

@@ -22,7 +22,8 @@ would otherwise change every output:
   the embedding matrix (no bias);
 - the SentencePiece pieces in id order as the vocabulary, so the special ids
   (PAD 0, UNK 1, BOS 2, EOS 3) keep their meaning, BOS starting the decoder
-  and EOS appended to every source (`add_source_eos`);
+  and EOS appended to every source (`add_source_eos`) unless the model
+  reads its source without (`ModelConfig.source_eos`);
 - Keras kernels are [in, out]; CTranslate2's linear weights are [out, in];
   the Q, K, V projections of self-attention are fused into one matrix, and
   the K, V projections of encoder-decoder attention into another;
@@ -97,7 +98,7 @@ def _positions(table, d_model, max_length, kind):
     return np.asarray(table)
   rows = max(SINUSOID_ROWS, max_length)
   return sinusoid_table(np.arange(rows), d_model,
-                        halves=kind == "sinusoidal_halves").numpy()
+                        kind=kind).numpy()
 
 
 def sentencepiece_pieces(model_proto):
@@ -115,7 +116,8 @@ def vocabulary_pieces(vocabulary):
 
 
 # Our activations (config.ACTIVATIONS) by CTranslate2's names.
-_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
+_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU",
+                "gelu_tanh": "GELUTanh"}
 
 
 def alignment_layer_of(model, alignment_layer=None) -> int:
@@ -186,7 +188,7 @@ def build_spec(model, vocabulary, alignment_layer=None):
   start = EOS_ID if named.decoder_start == "zero" else BOS_ID
   spec.config.bos_token = spec.config.decoder_start_token = pieces[start]
   spec.config.eos_token = pieces[EOS_ID]
-  spec.config.add_source_eos = True
+  spec.config.add_source_eos = config.source_eos
   spec.config.layer_norm_epsilon = named.epsilon
   return spec
 
@@ -215,6 +217,7 @@ def export(model, vocabulary, output_dir, options, max_input_tokens=256,
     with open(os.path.join(tmp, DECODING_FILE), "w", encoding="utf-8") as f:
       json.dump({"decoding": dataclasses.asdict(options),
                  "max_input_tokens": max_input_tokens,
+                 "source_eos": model.config.model.source_eos,
                  "alignment_layer": alignment_layer},
                 f, indent=2)
   return output_dir

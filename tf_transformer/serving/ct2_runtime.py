@@ -123,6 +123,8 @@ class CT2Decoder:
                        "export it again")
     self.options = DecodingOptions(**saved["decoding"])
     self.max_input_tokens = saved["max_input_tokens"]
+    # Whether CTranslate2 ends each source with EOS (`add_source_eos`).
+    self.source_eos = saved.get("source_eos", True)
     # The decoder layer (from 1) whose heads-averaged attention CTranslate2
     # returns; None in exports made before alignments (it returns the last
     # layer's first head there).
@@ -170,9 +172,9 @@ class CT2Decoder:
       sources: the batch's source pieces.
     Returns:
       The most tokens an output may have, EOS included: the longest source
-      + its EOS + the offset.
+      + its EOS (where it has one) + the offset.
     """
-    return (max([len(s) for s in sources], default=0) + 1
+    return (max([len(s) for s in sources], default=0) + int(self.source_eos)
             + self.options.max_decode_length_offset)
 
   def search_kwargs(self, sources):

@@ -31,7 +31,8 @@ VOCABULARY = "vocab.json"
 SAFETENSORS = "model.safetensors"
 PYTORCH = "pytorch_model.bin"
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish",
-               "gelu": "gelu"}
+               "gelu": "gelu", "gelu_new": "gelu_tanh",
+               "gelu_pytorch_tanh": "gelu_tanh"}
 # Settings of other BART-family configs that a Marian one may carry, and the
 # value this model matches.
 MUST_BE = {"scale_embedding": True, "normalize_before": False,

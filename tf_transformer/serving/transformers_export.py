@@ -37,6 +37,9 @@ from tf_transformer.serving import marian_import
 from tf_transformer.serving.ct2_export import vocabulary_pieces
 
 FORMAT = "transformers"
+# Our activations (config.ACTIVATIONS) by Transformers' names.
+HF_ACTIVATIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu",
+                  "gelu_tanh": "gelu_new"}
 TOKENIZER_FILES = ("source.spm", "target.spm")
 
 
@@ -46,9 +49,12 @@ def refusal(model) -> str:
   if config.norm_position != "post":
     return (f"norm_position={config.norm_position!r}: Transformers' "
             "MarianMTModel is post-norm only")
-  if config.positional_encoding == "learned":
-    return ("positional_encoding='learned': Transformers' MarianMTModel "
-            "has sinusoids only")
+  if config.positional_encoding in ("learned", "sinusoidal_opennmt"):
+    return (f"positional_encoding={config.positional_encoding!r}: "
+            "Transformers' MarianMTModel has section 3.5's sinusoids only")
+  if not config.source_eos:
+    return ("source_eos=False: MarianTokenizer ends every source with "
+            "</s>")
   for field in ("d_k", "d_v"):
     if getattr(config, field) * config.num_heads != config.d_model:
       return (f"{field}={getattr(config, field)} with num_heads="
@@ -171,7 +177,7 @@ def model_config(model) -> dict:
       "encoder_attention_heads": config.num_heads,
       "decoder_attention_heads": config.num_heads,
       "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
-      "activation_function": config.activation,
+      "activation_function": HF_ACTIVATIONS[config.activation],
       "max_position_embeddings": config.max_length,
       "scale_embedding": True,
       "share_encoder_decoder_embeddings": config.share_embeddings,

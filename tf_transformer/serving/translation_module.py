@@ -158,8 +158,9 @@ class TranslationModule(tf.Module):
                   step_weights=self.step_weights, shortlist=self.shortlist)
 
   def _encode(self, text):
-    return sequences.source_ids(self.tokenizer, text,
-                                self.max_input_tokens).to_tensor()
+    return sequences.source_ids(
+        self.tokenizer, text, self.max_input_tokens,
+        eos=self.model.config.model.source_eos).to_tensor()
 
   def _if_not_empty(self, text, fn, empty):
     """fn() for a non-empty batch, else `empty`'s zero-row tensors, with

@@ -40,11 +40,14 @@ def best_ids_fn(model, decoding):
                      autograph=False)
 
 
-def translation_scores(decode_fn, vocabulary, pairs, batch_tokens=4096):
+def translation_scores(decode_fn, vocabulary, pairs, batch_tokens=4096,
+                       source_eos=True):
   """({"bleu", "exact_match"}, hypotheses) of translating `pairs`' sources
-  with `decode_fn` against their references."""
+  (ending with EOS where `source_eos`) with `decode_fn` against their
+  references."""
   hypotheses = text_decoding.translate(
-      decode_fn, vocabulary, [s for s, _ in pairs], batch_tokens)
+      decode_fn, vocabulary, [s for s, _ in pairs], batch_tokens,
+      source_eos=source_eos)
   scores = evaluation.score(hypotheses, [t for _, t in pairs])
   return {"bleu": scores["bleu"], "exact_match": scores["exact_match"]}, \
       hypotheses
@@ -71,7 +74,8 @@ def teacher_forced_losses(model, vocabulary, pairs, label_smoothing=0.1,
   for start in range(0, len(pairs), batch_size):
     chunk = pairs[start:start + batch_size]
     source = sequences.source_ids(
-        vocabulary, tf.constant([s for s, _ in chunk])).to_tensor()
+        vocabulary, tf.constant([s for s, _ in chunk]),
+        eos=model.config.model.source_eos).to_tensor()
     labels = sequences.labels(sequences.subwords(
         sequences.target_side(vocabulary),
         tf.constant([t for _, t in chunk])))
@@ -124,10 +128,12 @@ class Evaluator:
     pairs = dev_pairs(self.spec, self.eval_max_sentences)
     source_texts = [s for s, _ in pairs]
     references = [t for _, t in pairs]
+    source_eos = self.model.config.model.source_eos
     scores, hypotheses = translation_scores(
-        self._decode, self.vocabulary, pairs, self.batch_tokens)
+        self._decode, self.vocabulary, pairs, self.batch_tokens, source_eos)
     source_ids = sequences.source_ids(self.vocabulary,
-                                      tf.constant(source_texts[:1]))
+                                      tf.constant(source_texts[:1]),
+                                      eos=source_eos)
     labels = sequences.labels(sequences.subwords(
         self.vocabulary, tf.constant(hypotheses[:1])))
     attention = self.model.attention_weights(

@@ -166,7 +166,7 @@ class Trainer:
   def _token_pairs(self, split):
     return lambda: batching.tokenize(
         batching.text_dataset(sources.text_pairs(self.spec, split)),
-        self.vocabulary)
+        self.vocabulary, source_eos=self.config.model.source_eos)
 
   def _train_iterator(self):
     """Batches over the whole corpus from the training pairs' token arrays
@@ -180,7 +180,8 @@ class Trainer:
     dataset_fn = epoch_batches.training_stream_fn(
         stores, self.config.training.batch_tokens, o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
-        start_batch=int(self.batch_in_epoch.numpy()))
+        start_batch=int(self.batch_in_epoch.numpy()),
+        source_eos=self.config.model.source_eos)
     return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
   def _next_batch(self):
