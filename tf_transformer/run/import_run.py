@@ -1,9 +1,11 @@
 """A published model turned into a run directory that every command takes
 (`bin/import_model.py`): config.json, the checkpoint ckpt-1 and the
 vocabulary (`data/marian_vocabulary.py`), written under a temporary name
-and renamed, so a failed import leaves nothing. Two formats: a
-Transformers MarianMTModel directory (`serving/marian_import.py`) and a
-Marian release (`serving/marian_npz.py`)."""
+and renamed, so a failed import leaves nothing. Three formats: a
+Transformers MarianMTModel directory (`serving/marian_import.py`), a
+Marian release (`serving/marian_npz.py`) and an OpenNMT-tf checkpoint
+(`serving/opennmt_import.py`), whose vocabulary is kept in the same form
+(`data/marian_vocabulary.py`)."""
 
 import os
 import time
@@ -15,6 +17,42 @@ from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.run import run_dir
 from tf_transformer.serving import marian_import
 from tf_transformer.serving import marian_npz
+from tf_transformer.serving import opennmt_import
+
+TRANSFORMERS = "a Transformers MarianMTModel directory"
+MARIAN = "a Marian release"
+OPENNMT = "an OpenNMT-tf checkpoint"
+
+
+def detect_format(path):
+  """Which of `TRANSFORMERS`, `MARIAN` and `OPENNMT` `path` holds."""
+  if opennmt_import.is_checkpoint(path):
+    return OPENNMT
+  if not tf.io.gfile.isdir(path):
+    raise FileNotFoundError(f"--from={path}: no such directory or "
+                            "checkpoint")
+  if tf.io.gfile.exists(os.path.join(path, marian_import.CONFIG)):
+    return TRANSFORMERS
+  return MARIAN
+
+
+def _check_new(model_dir):
+  if tf.io.gfile.exists(model_dir):
+    raise FileExistsError(f"--model_dir={model_dir}: exists; an import "
+                          "writes a new run directory")
+
+
+def _write(model_dir, imported, vocabulary, started, said):
+  """The run directory of `imported`, written whole."""
+  with whole_dir.written(model_dir) as tmp:
+    run_dir.save(tmp, imported.model.config)
+    vocabulary.save(tmp)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=imported.model),
+                               tmp, max_to_keep=1).save()
+  return {"model_dir": model_dir,
+          "parameters": imported.model.count_params(),
+          "seconds": time.perf_counter() - started,
+          "notes": imported.notes, "read": said}
 
 
 def import_marian(source_dir, model_dir):
@@ -27,18 +65,19 @@ def import_marian(source_dir, model_dir):
       in either.
     model_dir: the run directory to write; it must not exist.
   Returns:
-    {"model_dir", "parameters", "seconds", "notes"}.
+    {"model_dir", "parameters", "seconds", "notes", "read": a line naming
+    the format and what was read}.
   Raises:
     ValueError (DataError among them) naming the file and the setting;
     FileExistsError where `model_dir` exists.
   """
   started = time.perf_counter()
-  if not tf.io.gfile.isdir(source_dir):
-    raise FileNotFoundError(f"--from={source_dir}: no such directory")
-  if tf.io.gfile.exists(model_dir):
-    raise FileExistsError(f"--model_dir={model_dir}: exists; an import "
-                          "writes a new run directory")
-  if tf.io.gfile.exists(os.path.join(source_dir, marian_import.CONFIG)):
+  kind = detect_format(source_dir)
+  _check_new(model_dir)
+  if kind == OPENNMT:
+    raise ValueError(f"--from={source_dir}: {OPENNMT}, which needs "
+                     "--opennmt_model, --vocabulary and --sentencepiece")
+  if kind == TRANSFORMERS:
     vocabulary = MarianVocabulary.from_files(source_dir)
     imported = marian_import.from_transformers(source_dir)
   else:
@@ -47,12 +86,38 @@ def import_marian(source_dir, model_dir):
         dict(MarianVocabulary.read_files(source_dir, ("source.spm",
                                                       "target.spm")),
              **{"vocab.json": vocab_json}), source_dir)
-  with whole_dir.written(model_dir) as tmp:
-    run_dir.save(tmp, imported.model.config)
-    vocabulary.save(tmp)
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=imported.model),
-                               tmp, max_to_keep=1).save()
-  return {"model_dir": model_dir,
-          "parameters": imported.model.count_params(),
-          "seconds": time.perf_counter() - started,
-          "notes": imported.notes}
+  return _write(model_dir, imported, vocabulary, started,
+                f"{kind} {source_dir}")
+
+
+def import_opennmt(path, model_dir, kind, vocabularies, sentencepieces,
+                   source_eos=None):
+  """Imports an OpenNMT-tf Transformer as run `model_dir`.
+
+  Args:
+    path: its run directory (avg/'s average where there is one, else the
+      latest checkpoint) or a checkpoint prefix.
+    model_dir: the run directory to write; it must not exist.
+    kind: its `opennmt_import.ModelType`.
+    vocabularies: (source, target) OpenNMT vocabulary files.
+    sentencepieces: (source, target) SentencePiece models that cut the
+      text into the vocabulary's pieces.
+    source_eos: whether it was trained with a source EOS; None: the
+      type's default.
+  Returns:
+    As `import_marian`.
+  Raises:
+    As `import_marian`.
+  """
+  started = time.perf_counter()
+  _check_new(model_dir)
+  files = {}
+  for name, spm_path in zip(("source.spm", "target.spm"), sentencepieces):
+    if not tf.io.gfile.exists(spm_path):
+      raise FileNotFoundError(f"--sentencepiece={spm_path}: no such file")
+    with tf.io.gfile.GFile(spm_path, "rb") as f:
+      files[name] = f.read()
+  imported, files["vocab.json"], said = opennmt_import.from_opennmt(
+      path, vocabularies, kind, source_eos)
+  vocabulary = MarianVocabulary(files, vocabularies[0])
+  return _write(model_dir, imported, vocabulary, started, said)
