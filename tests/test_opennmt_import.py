@@ -304,12 +304,54 @@ def test_model_type_refusals_and_flags(tmp_path):
         f"--vocabulary={VOCABULARY}", f"--sentencepiece={SENTENCEPIECE}"),
        "--opennmt_model=Nope"),
       ((f"--from={CORPUS}", "--opennmt_model=Transformer"),
-       "--opennmt_model is for an OpenNMT-tf checkpoint")):
+       "--opennmt_model is for an OpenNMT-tf checkpoint"),
+      ((f"--from={DATA}/shared", "--opennmt_model=Transformer",
+        f"--vocabulary={VOCABULARY}"),
+       "one of --sentencepiece and --tokenization")):
     result = run_script("import_model.py", *args, f"--model_dir={run}")
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and needle in lines[0], result.stderr
   assert not run.exists()
+
+
+def test_tokenization_configs(tmp_path):
+  """--tokenization takes OpenNMT-tf's tokenization YAML: SentencePiece's
+  model from it, sampling options let through, any other option of the
+  OpenNMT Tokenizer refused by name."""
+  cases = {
+      "type: SentencePieceTokenizer\nparams:\n  model: sp.model\n"
+      "  nbest_size: 64\n  alpha: 0.1\n": "sp.model",
+      "mode: none\nsp_model_path: /data/sp.model\n": "/data/sp.model",
+      "type: OpenNMTTokenizer\nparams:\n  mode: none\n"
+      "  sp_model_path: sp.model\n  sp_nbest_size: 20\n": "sp.model",
+  }
+  for number, (text, model) in enumerate(cases.items()):
+    path = tmp_path / f"ok{number}.yml"
+    path.write_text(text)
+    assert opennmt_import.tokenization_model(str(path)) == os.path.join(
+        str(tmp_path), model)
+  for text, needle in (
+      ("mode: aggressive\nsp_model_path: sp.model\n", "mode: aggressive"),
+      ("mode: none\nsp_model_path: sp.model\njoiner_annotate: true\n",
+       "joiner_annotate: an OpenNMT Tokenizer option"),
+      ("type: SpaceTokenizer\n", "type: SpaceTokenizer"),
+      ("mode: none\n", "names no SentencePiece model"),
+      ("[1, 2]\n", "not a tokenization config")):
+    path = tmp_path / "bad.yml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=needle):
+      opennmt_import.tokenization_model(str(path))
+  config = tmp_path / "tok.yml"
+  config.write_text(f"mode: none\nsp_model_path: {SENTENCEPIECE}\n")
+  result = run_script(
+      "import_model.py", f"--from={DATA}/shared", "--opennmt_model=custom",
+      "--num_heads=4", "--activation=relu", f"--vocabulary={VOCABULARY}",
+      f"--tokenization={config}", f"--model_dir={tmp_path / 'run'}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(SENTENCEPIECE, "rb") as f:
+    assert (tmp_path / "run" / "marian" / "source.spm").read_bytes() == (
+        f.read())
 
 
 def test_training_batches_without_source_eos(tmp_path):

@@ -52,6 +52,11 @@ flags.DEFINE_list("vocabulary", None, "OpenNMT-tf only: its vocabulary file, "
 flags.DEFINE_list("sentencepiece", None, "OpenNMT-tf only: the SentencePiece "
                   "model that cut its text into the vocabulary's pieces, or "
                   "the source and target models.")
+flags.DEFINE_list("tokenization", None, "OpenNMT-tf only, instead of "
+                  "--sentencepiece: its tokenization config (the YAML file "
+                  "of source_tokenization), or the source's and the "
+                  "target's; options SentencePiece alone does not "
+                  "reproduce are refused.")
 flags.DEFINE_boolean("source_eos", None, "OpenNMT-tf only: whether it was "
                      "trained with EOS at the end of each source "
                      "(source_sequence_controls end: true); default: the "
@@ -60,7 +65,7 @@ flags.DEFINE_boolean("source_eos", None, "OpenNMT-tf only: whether it was "
 flags.mark_flag_as_required("from")
 flags.mark_flag_as_required("model_dir")
 _OPENNMT_FLAGS = ("opennmt_model", "num_heads", "activation", "vocabulary",
-                  "sentencepiece", "source_eos")
+                  "sentencepiece", "tokenization", "source_eos")
 
 
 def _pair(name):
@@ -74,18 +79,24 @@ def _pair(name):
 
 def _import_opennmt(import_run):
   from tf_transformer.serving import opennmt_import  # pylint: disable=g-import-not-at-top
-  for name in ("opennmt_model", "vocabulary", "sentencepiece"):
+  for name in ("opennmt_model", "vocabulary"):
     if getattr(FLAGS, name) is None:
       raise app.UsageError(f"--from={getattr(FLAGS, 'from')} is an "
                            f"OpenNMT-tf checkpoint: --{name} is needed")
+  if (FLAGS.sentencepiece is None) == (FLAGS.tokenization is None):
+    raise app.UsageError("an OpenNMT-tf checkpoint needs one of "
+                         "--sentencepiece and --tokenization")
   try:
     kind = opennmt_import.model_type(FLAGS.opennmt_model, FLAGS.num_heads,
                                      FLAGS.activation)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  sentencepieces = (_pair("sentencepiece") if FLAGS.tokenization is None
+                    else tuple(opennmt_import.tokenization_model(p)
+                               for p in _pair("tokenization")))
   return import_run.import_opennmt(
       getattr(FLAGS, "from"), FLAGS.model_dir, kind, _pair("vocabulary"),
-      _pair("sentencepiece"), FLAGS.source_eos)
+      sentencepieces, FLAGS.source_eos)
 
 
 def main(argv):

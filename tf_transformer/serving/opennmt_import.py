@@ -91,6 +91,60 @@ def model_type(name, num_heads=None, activation=None):
   return CATALOG[name]
 
 
+# OpenNMT Tokenizer (pyonmttok) options that only sample pieces in
+# training: the SentencePiece model cuts the same pieces at inference.
+_SAMPLING = ("sp_nbest_size", "sp_alpha", "nbest_size", "alpha")
+
+
+def tokenization_model(path):
+  """The SentencePiece model of an OpenNMT-tf tokenization config (the
+  YAML file its data config names as `source_tokenization`).
+
+  Args:
+    path: the YAML file: `type: SentencePieceTokenizer` with `params:
+      model`, or `type: OpenNMTTokenizer` (or no type) with `mode: none`
+      and `sp_model_path`, options that cut what SentencePiece alone cuts.
+  Returns:
+    The SentencePiece model's path (relative ones read from the file's
+    folder).
+  Raises:
+    ValueError naming the file and the option SentencePiece alone does not
+    reproduce.
+  """
+  import yaml  # pylint: disable=g-import-not-at-top
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      config = yaml.safe_load(f)
+  except tf.errors.NotFoundError:
+    refuse(path, "no such tokenization config")
+  except yaml.YAMLError as e:
+    refuse(path, f"not YAML ({str(e).splitlines()[0]})")
+  if not isinstance(config, dict):
+    refuse(path, "not a tokenization config (a YAML mapping)")
+  kind = config.get("type", "OpenNMTTokenizer")
+  params = dict(config.get("params", {}) if "type" in config else config)
+  if kind == "SentencePieceTokenizer":
+    model = params.pop("model", None)
+  elif kind == "OpenNMTTokenizer":
+    mode = params.pop("mode", "conservative")
+    if mode != "none":
+      refuse(path, f"mode: {mode}: the OpenNMT Tokenizer's own "
+             "segmentation; only mode: none with sp_model_path "
+             "(SentencePiece alone) is carried into the graph")
+    model = params.pop("sp_model_path", None)
+  else:
+    refuse(path, f"type: {kind}: only SentencePiece's tokenization "
+           "(SentencePieceTokenizer, or OpenNMTTokenizer with "
+           "sp_model_path) is carried into the graph")
+  other = sorted(set(params) - set(_SAMPLING))
+  if other:
+    refuse(path, f"{other[0]}: an OpenNMT Tokenizer option that "
+           "SentencePiece alone does not reproduce")
+  if not model:
+    refuse(path, "names no SentencePiece model (model or sp_model_path)")
+  return os.path.join(os.path.dirname(path), model)
+
+
 def find_checkpoint(path):
   """(checkpoint prefix, whether it is OpenNMT-tf's average) of `path`: a
   run directory (its `avg/` average where it has one, else its latest
