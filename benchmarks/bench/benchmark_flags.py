@@ -32,7 +32,7 @@ def define_flags():
                        "requests profiled to count the kernels a decoding "
                        "step executes (0: none).", lower_bound=0)
   flags.DEFINE_string("serving_shortlist", "20,300", "serving: K,N of "
-                      "the *_shortlist and ct2_float32_vmap decoders (export "
+                      "the *_shortlist and ct2_*_vmap decoders (export "
                       "--shortlist; the run's table is built where missing).")
   translator_flags.register_shortlist_validator("serving_shortlist")
   flags.DEFINE_list("shortlist_vocab_sizes", ["8000", "37000"], "shortlist: "

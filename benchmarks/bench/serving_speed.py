@@ -80,6 +80,8 @@ DECODERS = {d.name: d for d in (
     Decoder("ct2_float32", "ctranslate2"),
     Decoder("ct2_int8", "ctranslate2", compute_type="int8"),
     Decoder("ct2_float32_vmap", "ctranslate2", shortlist=True),
+    Decoder("ct2_int8_vmap", "ctranslate2", compute_type="int8",
+            shortlist=True),
     Decoder("ct2_float32_no_mkl", "ctranslate2", mkl=False),
 )}
 BASELINE = "ct2_float32"  # every ratio is to this decoder
