@@ -282,6 +282,11 @@ def test_vocabulary_refusals_name_the_file_and_line(tmp_path):
         os.path.join(DATA, "shared"), str(tmp_path / "run"),
         opennmt_import.model_type("custom", 4, "relu"),
         (VOCABULARY, str(swapped)), (SENTENCEPIECE,) * 2)
+  with pytest.raises(FileNotFoundError, match="no such SentencePiece model"):
+    import_run.import_opennmt(
+        os.path.join(DATA, "shared"), str(tmp_path / "run"),
+        opennmt_import.model_type("custom", 4, "relu"), (VOCABULARY,) * 2,
+        (str(tmp_path / "missing.model"),) * 2)
   assert not (tmp_path / "run").exists()
 
 

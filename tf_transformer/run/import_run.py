@@ -114,7 +114,7 @@ def import_opennmt(path, model_dir, kind, vocabularies, sentencepieces,
   files = {}
   for name, spm_path in zip(("source.spm", "target.spm"), sentencepieces):
     if not tf.io.gfile.exists(spm_path):
-      raise FileNotFoundError(f"--sentencepiece={spm_path}: no such file")
+      raise FileNotFoundError(f"{spm_path}: no such SentencePiece model")
     with tf.io.gfile.GFile(spm_path, "rb") as f:
       files[name] = f.read()
   imported, files["vocab.json"], said = opennmt_import.from_opennmt(
