@@ -485,19 +485,17 @@ def test_bfloat16_export_warns_only_where_the_cpu_lacks_bfloat16(
 
 
 def test_bfloat16_export_translates_like_float32(trained_numbers_run,
-                                                 tmp_path):
+                                                 trained_export, tmp_path):
   """A trained model's bfloat16 export gives the float32 export's
-  translations but where bfloat16's rounding can tip a decision of the
-  search, and scores within bfloat16's rounding
-  (tests/test_model_policy.py)."""
+  translations (the session's `trained_export`, exported with the same
+  options) but where bfloat16's rounding can tip a decision of the search,
+  and scores within bfloat16's rounding (tests/test_model_policy.py)."""
   sources = [s for s, _ in numbers.generate({"test": 64}, seed=11)["test"]]
-  outputs = {}
-  for dtype in ("float32", "bfloat16"):
-    path = Runner(str(trained_numbers_run)).export(
-        str(tmp_path / dtype), dtype=dtype)
-    outputs[dtype] = tf.saved_model.load(path).signatures["nbest"](
-        text=tf.constant(sources))
-  full, half = outputs["float32"], outputs["bfloat16"]
+  half_path = Runner(str(trained_numbers_run)).export(
+      str(tmp_path / "bfloat16"), dtype="bfloat16", max_input_tokens=24,
+      max_decode_length_offset=10)
+  full, half = (tf.saved_model.load(path).signatures["nbest"](
+      text=tf.constant(sources)) for path in (trained_export, half_path))
   same = (full["translations"][:, 0].numpy()
           == half["translations"][:, 0].numpy())
   model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
@@ -510,8 +508,7 @@ def test_bfloat16_export_translates_like_float32(trained_numbers_run,
   decoding = model.config.decoding
   search_reference.assert_near_ties(
       model, source_ids, list(np.flatnonzero(~same)),
-      alpha=decoding.length_penalty_alpha,
-      max_length_offset=decoding.max_decode_length_offset,
+      alpha=decoding.length_penalty_alpha, max_length_offset=10,
       why=lambda line: f"{full_ids[line]}, {half_ids[line]}",
       epsilon=lambda line: search_reference.rounding_between(
           model, half_model, source_ids[line],
