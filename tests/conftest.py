@@ -71,7 +71,7 @@ def run_script(name, *args, timeout=600, input_text=None, env=None,
       timeout=timeout, input=input_text, env=environment, cwd=REPO)
 
 
-def _made_once(tmp_path_factory, name, make):
+def made_once(tmp_path_factory, name, make):
   """A copy, this test process's own, of the folder `make(folder)` fills
   once for the whole session: the first pytest-xdist worker to ask makes
   it while the others wait (a lock in the folder the workers share), so
@@ -109,7 +109,7 @@ def trained_numbers_run(tmp_path_factory):
     run_dir.save(str(model_dir), trainer.config)
     vocabulary().save(str(model_dir))
 
-  return _made_once(tmp_path_factory, "trained_numbers", train)
+  return made_once(tmp_path_factory, "trained_numbers", train)
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +118,7 @@ def untrained_export(tmp_path_factory):
   model, exported by bin/export.py with --max_length_offset=8, once per
   session: the export that translation, plotting and serving tests share."""
   from training_helpers import write_run_and_export  # pylint: disable=g-import-not-at-top
-  folder = _made_once(tmp_path_factory, "untrained_export",
+  folder = made_once(tmp_path_factory, "untrained_export",
                       lambda folder: write_run_and_export(folder, 8))
   return folder / "run", folder / "saved" / "numbers" / "1"
 
@@ -129,7 +129,7 @@ def trained_export(trained_numbers_run, tmp_path_factory):
   input limit of 24 subwords, above the numbers' longest 18, and outputs of
   input + 10), once per session."""
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
-  folder = _made_once(
+  folder = made_once(
       tmp_path_factory, "trained_export", lambda folder: Runner(
           str(trained_numbers_run)).export(
               str(folder / "numbers"), max_input_tokens=24,

@@ -18,6 +18,7 @@ import pytest
 
 from bench import device_trace
 from bench import gpu_check
+from conftest import made_once
 from tf_transformer.run import run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +40,51 @@ def _under_jax(*args, timeout=900):
   return _under("jax", *args, timeout=timeout)
 
 
+# Runs the checks given as JSON ({name: code}), in their order, in one
+# interpreter, each in a namespace of its own that leaves its figures in
+# `result`; prints {name: result, or {"error": traceback}}, and under
+# "tensorflow loaded" whether TensorFlow had been imported after each.
+_RUN_CHECKS = """
+import json, sys, traceback
+results, loaded = {}, {}
+for name, code in json.loads(sys.argv[1]).items():
+  scope = {}
+  try:
+    exec(compile(code, name, "exec"), scope)
+    results[name] = scope["result"]
+  except Exception:
+    results[name] = {"error": traceback.format_exc()}
+  loaded[name] = "tensorflow" in sys.modules
+results["tensorflow loaded"] = loaded
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="session", name="checks")
+def _checks(tmp_path_factory):
+  """checks(backend)[name]: the result of check `name` (the snippets
+  below), all of a backend's run in one fresh interpreter once a session
+  (Keras picks its backend at import; each interpreter costs the
+  backend's import, 5-9 s), not one interpreter a check."""
+  def under(backend):
+    def run(folder):
+      done = _under(backend, "-c", _RUN_CHECKS, json.dumps(
+          {name: code for name, code in _CHECKS.items()
+           if backend in _BACKENDS_OF.get(name, BACKENDS)}))
+      assert done.returncode == 0, done.stderr[-3000:]
+      (folder / "checks.json").write_text(
+          done.stdout.strip().splitlines()[-1])
+    folder = made_once(tmp_path_factory, f"checks_{backend}", run)
+    return json.loads((folder / "checks.json").read_text())
+  return under
+
+
+def _result(checks, backend, name):
+  found = checks(backend)[name]
+  assert "error" not in found, found["error"]
+  return found
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_layer_conventions_and_the_readme_classifier_hold(backend):
   """The generic layer test (config and saving round trips, symbolic =
@@ -53,14 +99,7 @@ def test_layer_conventions_and_the_readme_classifier_hold(backend):
   assert not re.search(r"skipped|failed|error", summary), summary
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_layers_model_config_and_loss_import_no_tensorflow(backend):
-  """Under JAX and PyTorch, building the model and training it (the
-  label-smoothed loss, Adam with eq. 3) imports no TensorFlow. (Under
-  PyTorch the step runs eagerly: Keras' `jit_compile` there is
-  `torch.compile`, over a minute to trace this step on a CPU.)"""
-  code = """
-import sys
+_TRAINING = """
 import keras
 import numpy as np
 import tf_transformer.config, tf_transformer.layers, tf_transformer.model
@@ -71,22 +110,24 @@ model.compile(optimizer=optimizer.create_optimizer(config),
               loss=loss.LabelSmoothedCrossEntropy(),
               jit_compile=keras.backend.backend() == "jax")
 ids = np.array([[5, 6, 7, 2]], np.int32)
-print("loss", model.train_on_batch((ids, ids), ids))
-print("tensorflow imported:", "tensorflow" in sys.modules)
+result = {"loss": float(model.train_on_batch((ids, ids), ids))}
 """
-  done = _under(backend, "-c", code)
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert "tensorflow imported: False" in done.stdout, done.stdout
-  assert np.isfinite(float(re.search(r"loss (\S+)", done.stdout).group(1)))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_models_teacher_forcing_path_and_saving(backend):
-  """`Transformer.encode` then `decode` give `call`'s float32 logits;
-  `attention_weights` are distributions (rows sum to 1) with no weight on
-  source padding, and causal in the decoder; a `.keras` file saved and
-  loaded under the backend gives the same logits."""
-  code = """
+def test_the_layers_model_config_and_loss_import_no_tensorflow(backend,
+                                                               checks):
+  """Under JAX and PyTorch, building the model and training it (the
+  label-smoothed loss, Adam with eq. 3) imports no TensorFlow (the first
+  check of its interpreter). (Under PyTorch the step runs eagerly: Keras'
+  `jit_compile` there is `torch.compile`, over a minute to trace this step
+  on a CPU.)"""
+  assert np.isfinite(_result(checks, backend, "training")["loss"])
+  assert list(_CHECKS)[0] == "training"
+  assert checks(backend)["tensorflow loaded"]["training"] is False
+
+
+_TEACHER_FORCING = """
 import json, os, sys, tempfile
 import keras
 import numpy as np
@@ -107,7 +148,7 @@ with tempfile.TemporaryDirectory() as folder:
   path = os.path.join(folder, "m.keras")
   model.save(path)
   loaded = keras.models.load_model(path, safe_mode=True)
-print(json.dumps({
+result = {
     "dtype": str(logits.dtype), "shape": list(logits.shape),
     "encode_decode": float(np.abs(two_steps - logits).max()),
     "row_sums": float(max(np.abs(r.sum(-1) - 1).max() for r in rows)),
@@ -115,11 +156,17 @@ print(json.dumps({
     "above_diagonal": float(np.triu(decoder_self, 1).max()),
     "layers": {k: len(v) for k, v in weights.items()},
     "loaded": float(np.abs(numpy(loaded((source, target))) - logits).max()),
-}))
+}
 """
-  done = _under(backend, "-c", code)
-  assert done.returncode == 0, done.stderr[-3000:]
-  check = json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_models_teacher_forcing_path_and_saving(backend, checks):
+  """`Transformer.encode` then `decode` give `call`'s float32 logits;
+  `attention_weights` are distributions (rows sum to 1) with no weight on
+  source padding, and causal in the decoder; a `.keras` file saved and
+  loaded under the backend gives the same logits."""
+  check = _result(checks, backend, "teacher_forcing")
   assert check["dtype"] == "float32" and check["shape"] == [2, 3, 1000]
   assert check["encode_decode"] <= 1e-6, check
   assert check["row_sums"] <= 1e-5, check
@@ -173,23 +220,22 @@ else:
   with tf.GradientTape() as tape:
     total = tf.reduce_sum(tf.cast(layer(ids), "float32"))
   grad = tf.convert_to_tensor(tape.gradient(total, layer.embeddings.value))
-print(json.dumps({
+result = {
     "output": keras.backend.standardize_dtype(layer(ids[:2]).dtype),
     "grad": keras.backend.standardize_dtype(grad.dtype),
     "row": keras.ops.convert_to_numpy(grad)[0].tolist(),
-    "others": float(np.abs(keras.ops.convert_to_numpy(grad)[1:]).max())}))
+    "others": float(np.abs(keras.ops.convert_to_numpy(grad)[1:]).max())}
 """
 
 
 @pytest.mark.parametrize("backend", BACKENDS + ["tensorflow"])
-def test_a_repeated_tokens_embedding_gradient_sums_in_float32(backend):
+def test_a_repeated_tokens_embedding_gradient_sums_in_float32(backend,
+                                                              checks):
   """Under mixed_bfloat16 the lookup is bfloat16 but the table's gradient
   sums in float32: 4096 lookups of one token give 4096 (a sum in bfloat16
   stops at 256, where adding 1 no longer changes it; JAX and PyTorch did
   that while the rows were gathered from a bfloat16 copy of the table)."""
-  done = _under(backend, "-c", _REPEATED_TOKEN_GRADIENT)
-  assert done.returncode == 0, done.stderr[-3000:]
-  found = json.loads(done.stdout.strip().splitlines()[-1])
+  found = _result(checks, backend, "embedding_gradient")
   assert found == {"output": "bfloat16", "grad": "float32",
                    "row": [4096.0] * 8, "others": 0.0}, (backend, found)
 
@@ -336,11 +382,7 @@ def test_each_op_is_placed_in_a_part_of_the_model(op_name, is_matmul, part):
   assert device_trace.part_of(op_name, is_matmul) == part
 
 
-def test_the_closed_form_loss_gradient_equals_autodiff_under_jax():
-  """The label-smoothed loss's hand-written gradient (its custom_gradient
-  under JAX) equals JAX's autodiff of the textbook formula, padding
-  included."""
-  code = """
+_LOSS_GRADIENT_JAX = """
 import jax, jax.numpy as jnp, numpy as np
 from tf_transformer.training import loss
 rng = np.random.default_rng(0)
@@ -354,20 +396,20 @@ def textbook(z):
 ours = lambda z: loss.label_smoothed_cross_entropy(labels, z, 0.1)
 # Our loss is the textbook one less a constant (the smoothed target's
 # entropy), so the gradients are equal.
-print("gap", float(jnp.max(jnp.abs(jax.grad(ours)(logits)
-                                   - jax.grad(textbook)(logits)))))
+result = {"gap": float(jnp.max(jnp.abs(jax.grad(ours)(logits)
+                                      - jax.grad(textbook)(logits))))}
 """
-  done = _under_jax("-c", code)
-  assert done.returncode == 0, done.stderr[-3000:]
-  gap = float(re.search(r"gap (\S+)", done.stdout).group(1))
+
+
+def test_the_closed_form_loss_gradient_equals_autodiff_under_jax(checks):
+  """The label-smoothed loss's hand-written gradient (its custom_gradient
+  under JAX) equals JAX's autodiff of the textbook formula, padding
+  included."""
+  gap = _result(checks, "jax", "loss_gradient_jax")["gap"]
   assert gap < 1e-6, gap
 
 
-def test_the_closed_form_loss_gradient_equals_autograd_under_torch():
-  """The same under PyTorch, whose `keras.ops.custom_gradient` is an
-  autograd Function: the hand-written gradient equals torch's autograd of
-  the textbook formula, padding included."""
-  code = """
+_LOSS_GRADIENT_TORCH = """
 import numpy as np, torch
 from tf_transformer.training import loss
 rng = np.random.default_rng(0)
@@ -383,9 +425,24 @@ def grad(fn):
   fn(z).backward()
   return z.grad
 ours = lambda z: loss.label_smoothed_cross_entropy(labels, z, 0.1)
-print("gap", float((grad(ours) - grad(textbook)).abs().max()))
+result = {"gap": float((grad(ours) - grad(textbook)).abs().max())}
 """
-  done = _under("torch", "-c", code)
-  assert done.returncode == 0, done.stderr[-3000:]
-  gap = float(re.search(r"gap (\S+)", done.stdout).group(1))
+
+
+def test_the_closed_form_loss_gradient_equals_autograd_under_torch(checks):
+  """The same under PyTorch, whose `keras.ops.custom_gradient` is an
+  autograd Function: the hand-written gradient equals torch's autograd of
+  the textbook formula, padding included."""
+  gap = _result(checks, "torch", "loss_gradient_torch")["gap"]
   assert gap < 1e-6, gap
+
+
+# The checks run by the `checks` fixture, and the backends each runs under
+# where not all of BACKENDS.
+_CHECKS = {"training": _TRAINING, "teacher_forcing": _TEACHER_FORCING,
+           "embedding_gradient": _REPEATED_TOKEN_GRADIENT,
+           "loss_gradient_jax": _LOSS_GRADIENT_JAX,
+           "loss_gradient_torch": _LOSS_GRADIENT_TORCH}
+_BACKENDS_OF = {"embedding_gradient": BACKENDS + ["tensorflow"],
+                "loss_gradient_jax": ["jax"],
+                "loss_gradient_torch": ["torch"]}
