@@ -123,6 +123,12 @@ def untrained_export(tmp_path_factory):
   return folder / "run", folder / "saved" / "numbers" / "1"
 
 
+# `trained_export`'s options: inputs up to 24 subwords (above the numbers'
+# longest, 18) and outputs of input + 10. Tests that export the same run to
+# compare with it export with these.
+TRAINED_EXPORT = dict(max_input_tokens=24, max_decode_length_offset=10)
+
+
 @pytest.fixture(scope="session")
 def trained_export(trained_numbers_run, tmp_path_factory):
   """`trained_numbers_run` exported as a SavedModel version (beam 4, an
@@ -132,6 +138,5 @@ def trained_export(trained_numbers_run, tmp_path_factory):
   folder = made_once(
       tmp_path_factory, "trained_export", lambda folder: Runner(
           str(trained_numbers_run)).export(
-              str(folder / "numbers"), max_input_tokens=24,
-              max_decode_length_offset=10))
+              str(folder / "numbers"), **TRAINED_EXPORT))
   return str(folder / "numbers" / "1")

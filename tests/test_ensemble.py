@@ -20,7 +20,7 @@ from tf_transformer.run import loading
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from conftest import run_script
+from conftest import TRAINED_EXPORT, run_script
 from search_reference import lines_apart
 from training_helpers import SPEC, write_run_dir
 
@@ -135,8 +135,8 @@ def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
   --model_dir the same way."""
   run = str(trained_numbers_run)
   checkpoint = tf.train.latest_checkpoint(run)
-  path = Runner(run).export(str(tmp_path / "ensemble"), max_input_tokens=24,
-                            max_decode_length_offset=10,
+  offset = TRAINED_EXPORT["max_decode_length_offset"]
+  path = Runner(run).export(str(tmp_path / "ensemble"), **TRAINED_EXPORT,
                             ensemble=[checkpoint])
   single = Translator.from_export(str(trained_export)).translate(TEXTS, 4)
   ensemble = Translator.from_export(path).translate(TEXTS, 4)
@@ -146,7 +146,7 @@ def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
   subwords = lambda nbest: [processor.encode([t for t, _ in h]) for h in nbest]
   # Equal weights average to the same log-probabilities, up to rounding.
   apart = lines_apart(model, sources, subwords(single), subwords(ensemble),
-                      max_length_offset=10)
+                      max_length_offset=offset)
   for line in set(range(len(TEXTS))) - set(apart):
     assert [t for t, _ in ensemble[line]] == [t for t, _ in single[line]]
     np.testing.assert_allclose([s for _, s in ensemble[line]],
@@ -158,7 +158,8 @@ def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
   assert float(scored["log_prob"][0]) < 0
 
   result = run_script("translate.py", f"--model_dir={run}",
-                      f"--model_dir={checkpoint}", "--max_length_offset=10",
+                      f"--model_dir={checkpoint}",
+                      f"--max_length_offset={offset}",
                       "--ensemble_average=probs",
                       input_text="".join(t + "\n" for t in TEXTS))
   assert result.returncode == 0, result.stderr[-2000:]
@@ -166,4 +167,4 @@ def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
   assert len(lines) == len(TEXTS)
   lines_apart(model, sources, [[processor.encode(t)] for t in lines],
               [[processor.encode(h[0][0])] for h in single],
-              max_length_offset=10)
+              max_length_offset=offset)

@@ -32,7 +32,7 @@ from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
 from tf_transformer.serving.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from conftest import run_script
+from conftest import TRAINED_EXPORT, run_script
 import search_reference
 from training_helpers import beam_search as model_beam_search
 from training_helpers import write_run_dir
@@ -492,8 +492,7 @@ def test_bfloat16_export_translates_like_float32(trained_numbers_run,
   and scores within bfloat16's rounding (tests/test_model_policy.py)."""
   sources = [s for s, _ in numbers.generate({"test": 64}, seed=11)["test"]]
   half_path = Runner(str(trained_numbers_run)).export(
-      str(tmp_path / "bfloat16"), dtype="bfloat16", max_input_tokens=24,
-      max_decode_length_offset=10)
+      str(tmp_path / "bfloat16"), dtype="bfloat16", **TRAINED_EXPORT)
   full, half = (tf.saved_model.load(path).signatures["nbest"](
       text=tf.constant(sources)) for path in (trained_export, half_path))
   same = (full["translations"][:, 0].numpy()
@@ -508,7 +507,8 @@ def test_bfloat16_export_translates_like_float32(trained_numbers_run,
   decoding = model.config.decoding
   search_reference.assert_near_ties(
       model, source_ids, list(np.flatnonzero(~same)),
-      alpha=decoding.length_penalty_alpha, max_length_offset=10,
+      alpha=decoding.length_penalty_alpha,
+      max_length_offset=TRAINED_EXPORT["max_decode_length_offset"],
       why=lambda line: f"{full_ids[line]}, {half_ids[line]}",
       epsilon=lambda line: search_reference.rounding_between(
           model, half_model, source_ids[line],

@@ -15,12 +15,13 @@ from tf_transformer.decoding import alignment
 from tf_transformer.run import run_dir
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.special_ids import BOS_ID, EOS_ID
-from conftest import run_script
+from conftest import TRAINED_EXPORT, run_script
 from training_helpers import token_log_probs
 
 # conftest.trained_export's: above the longest source here (18 subwords), so
 # that nothing is cut but the long requests.
-MAX_INPUT_TOKENS, OFFSET = 24, 10
+MAX_INPUT_TOKENS, OFFSET = (TRAINED_EXPORT["max_input_tokens"],
+                            TRAINED_EXPORT["max_decode_length_offset"])
 PAIRS = numbers.generate({"test": 24}, seed=11)["test"]
 SOURCES = [s for s, _ in PAIRS]
 REFERENCES = [t for _, t in PAIRS]
