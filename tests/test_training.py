@@ -36,6 +36,36 @@ def test_optimizer_is_the_papers_adam(tmp_path):
       0.9, 0.98, 1e-9)
 
 
+def test_the_fused_adam_update_is_keras_adam_on_the_summed_gradient():
+  """Three updates by our Adam (one ResourceApplyAdam a variable) leave
+  the weights and slots that Keras' Adam leaves, to float32 rounding, given
+  the same gradients dense. An embedding's gradient (IndexedSlices) is
+  summed over repeated rows first, as section 5.3's Adam squares the
+  gradient: Keras' own update squares each slice before the sum."""
+  from tf_transformer.training.optimizer import Adam  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  start = [rng.normal(size=(5, 3)), rng.normal(size=3)]
+  gradients = [[tf.IndexedSlices(tf.constant(rng.normal(size=(2, 3)),
+                                             tf.float32), [1, 1 + step],
+                                 tf.constant([5, 3])),
+                tf.constant(rng.normal(size=3), tf.float32)]
+               for step in range(3)]
+  dense = [[tf.convert_to_tensor(g) for g in step] for step in gradients]
+  results = []
+  for adam, given in (
+      (Adam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9), gradients),
+      (keras.optimizers.Adam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+       dense)):
+    weights = [keras.Variable(w, dtype="float32") for w in start]
+    for step_gradients in given:
+      adam.apply_gradients(zip(step_gradients, weights))
+    results.append([w.numpy() for w in weights + adam.variables])
+  assert len(results[0]) == 2 + 2 + 4  # weights, step, rate, m and v
+  for ours, theirs in zip(*results):
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+  assert not np.allclose(results[0][0], start[0])
+
+
 def _step(trainer, strategy, batch):
   return trainer.steps.compiled(trainer.steps.train_step)(
       distribute(strategy, batch))
