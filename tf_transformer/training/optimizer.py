@@ -28,18 +28,38 @@ class Adam(keras.optimizers.Adam):
     if keras.backend.backend() != "tensorflow" or self.amsgrad:
       return super().update_step(gradient, variable, learning_rate)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    dtype = variable.dtype
-    step = tf.cast(self.iterations + 1, dtype)
     index = self._get_variable_index(variable)
-    cast = lambda value: tf.cast(value, dtype)
     return tf.raw_ops.ResourceApplyAdam(
         var=variable.handle, m=self._momentums[index].value.handle,
         v=self._velocities[index].value.handle,
-        beta1_power=tf.pow(cast(self.beta_1), step),
-        beta2_power=tf.pow(cast(self.beta_2), step), lr=cast(learning_rate),
-        beta1=cast(self.beta_1), beta2=cast(self.beta_2),
-        epsilon=cast(self.epsilon),
-        grad=cast(tf.convert_to_tensor(gradient)))
+        grad=tf.cast(tf.convert_to_tensor(gradient), variable.dtype),
+        **self._scalars(learning_rate, variable.dtype))
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    # The scalars of `update_step`, made once an update, not once a
+    # variable (fewer ops to trace); valid only within this update.
+    object.__setattr__(self, "_update_scalars", {})  # untracked by Keras
+    try:
+      return super()._backend_update_step(grads, trainable_variables,
+                                          learning_rate)
+    finally:
+      object.__setattr__(self, "_update_scalars", None)
+
+  def _scalars(self, learning_rate, dtype):
+    """`ResourceApplyAdam`'s scalar inputs in `dtype`."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    made = self.__dict__.get("_update_scalars")
+    if made is not None and dtype in made:
+      return made[dtype]
+    step = tf.cast(self.iterations + 1, dtype)
+    cast = lambda value: tf.cast(value, dtype)
+    scalars = dict(lr=cast(learning_rate), beta1=cast(self.beta_1),
+                   beta2=cast(self.beta_2), epsilon=cast(self.epsilon),
+                   beta1_power=tf.pow(cast(self.beta_1), step),
+                   beta2_power=tf.pow(cast(self.beta_2), step))
+    if made is not None:
+      made[dtype] = scalars
+    return scalars
 
 
 def create_optimizer(config: TransformerConfig, mixed_precision=None):
