@@ -151,11 +151,8 @@ class Trainer:
         options.early_stopping_min_delta, RUN_FILES, self.is_chief,
         evaluation={"decoding": options.eval_decoding,
                     "max_sentences": options.eval_max_sentences})
-    floats = [v for v in self.model.weights + self.optimizer.variables
-              if tf.as_dtype(v.dtype).is_floating]
-    self._all_finite = tf.function(lambda: tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(v)) for v in floats]),
-        autograph=False)
+    self._floats = [v for v in self.model.weights + self.optimizer.variables
+                    if tf.as_dtype(v.dtype).is_floating]
 
   @property
   def step(self) -> int:
@@ -325,10 +322,17 @@ class Trainer:
     optimizer slots hold a NaN or Inf (then raises: never saved)."""
     if step == 0 or step == self.checkpointer.last_save_step:
       return
-    if not bool(self._all_finite()):
+    if not self._all_finite():
       raise self._non_finite(step, "the update made weights or optimizer "
                              "slots non-finite (not saved)")
     self.checkpointer.save(step)
+
+  def _all_finite(self):
+    """Whether every weight and optimizer slot is finite. Eager: once a
+    save it costs less than tracing it as a function (for `base`, 0.2 s
+    against 3 s)."""
+    return bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(v))
+                               for v in self._floats]))
 
   def _non_finite(self, step, what):
     latest = self.checkpointer.latest()
