@@ -90,3 +90,24 @@ def test_a_layer_image_shows_every_head_with_its_tokens():
   assert longer.shape[1] > one_row.shape[1]
   with pytest.raises(ValueError, match="do not match"):
     plots.layer_image(weights(per_row), rows[:2], columns, "t")
+
+
+def test_a_layer_images_margins_fit_its_longest_tokens():
+  """The margins are measured from the labels: long tokens are drawn
+  whole, inside the image (its edges stay white), and short ones leave
+  narrow margins."""
+  decode = lambda png: tf.io.decode_png(png).numpy()[..., :3]
+  weights = np.full([2, 3, 3], 1.0 / 3)
+  short, long = ["a", "b", "c"], ["▁a", "WWWWWWWWWWWWWWWW", "▁photographers"]
+  for rows, columns in ((long, short), (short, long), (long, long)):
+    image = decode(plots.layer_image(weights, rows, columns, "t"))
+    for edge in (image[:, 0], image[:, -1], image[0], image[-1]):
+      assert (edge == 255).all()  # nothing drawn up to an edge
+    ink = (image < 128).any(axis=2)
+    assert ink[:, :3].sum() == 0 and ink[-3:].sum() == 0
+  narrow = decode(plots.layer_image(weights, short, short, "t"))
+  wide = decode(plots.layer_image(weights, long, short, "t"))
+  tall = decode(plots.layer_image(weights, short, long, "t"))
+  # 16 W at 8 points are more than an inch (100 pixels) wider than "a".
+  assert wide.shape[1] > narrow.shape[1] + 100
+  assert tall.shape[0] > narrow.shape[0] + 100
