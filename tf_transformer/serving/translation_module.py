@@ -150,6 +150,10 @@ class TranslationModule(tf.Module):
     # more at each export.
     search = tf.function(self._decode, autograph=False)
     self._search = lambda *args: search(*args)
+    # Likewise the teacher-forced pass that `attention`, `alignment` and
+    # `forced_alignment` share: traced and saved once, not three times.
+    forced = tf.function(model.logits_and_attention, autograph=False)
+    self._logits_and_attention = lambda *args: forced(*args)
 
   def _decode(self, source_ids, prefix=None):
     """`search.decode` with this module's options and stored weights: every
@@ -200,7 +204,7 @@ class TranslationModule(tf.Module):
   def _teacher_forced(self, source_ids, target_ids, kinds, heads_averaged):
     """Both sides' tokens and `kinds` of attention (as `_attention`'s) of a
     teacher-forced pass over `target_ids` (EOS-terminated, PAD-padded)."""
-    attention = self.model.attention_weights(
+    _, attention = self._logits_and_attention(
         source_ids, sequences.decoder_input(target_ids))
     return self._attention_outputs(source_ids, target_ids, attention, kinds,
                                    heads_averaged)
@@ -380,7 +384,7 @@ class TranslationModule(tf.Module):
       labels = scoring.target_labels(self.target_tokenizer, target,
                                      self.max_output_tokens)
       target_ids = labels.to_tensor()
-      logits, attention = self.model.logits_and_attention(
+      logits, attention = self._logits_and_attention(
           source_ids, sequences.decoder_input(target_ids))
       scored = scoring.scores_of(scoring.label_log_probs(logits, labels),
                                  labels)
