@@ -80,8 +80,9 @@ def _label_inches(labels):
 def layer_image(heads, row_tokens, column_tokens, title):
   """PNG bytes of one layer's attention, [heads, rows, columns], one panel
   a head (up to `HEADS_PER_ROW` a row), the tokens on every panel's axes
-  and one colour scale from 0 to 1. The margins are measured from the
-  labels, not found by a layout engine (0.6x the time to draw)."""
+  and one colour scale from 0 to 1. The margins come from the labels'
+  font metrics, not from a layout engine, which draws every label several
+  times to measure it."""
   heads = np.asarray(heads, dtype=np.float32)
   for head in heads:
     _check(head, row_tokens, column_tokens)
