@@ -26,11 +26,12 @@ _DPI = 100
 HEADS_PER_ROW = 2
 
 
-def _figure(width, height):
+def _figure(width, height, layout="constrained"):
+  """A Figure without pyplot: no global state, no display, thread-safe.
+  Constrained layout keeps a heatmap's labels and colour bar inside it;
+  `layout=None` leaves the axes where the caller puts them."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  # A Figure without pyplot: no global state, no display, thread-safe;
-  # constrained layout keeps the labels of one panel off the next.
-  return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
+  return Figure(figsize=(width, height), dpi=_DPI, layout=layout)
 
 
 def _check(weights, row_tokens, column_tokens):
@@ -100,8 +101,7 @@ def layer_image(heads, row_tokens, column_tokens, title):
   row_height = _TITLE_INCHES + panel_height + bottom
   width = left + columns * (panel_width + gap) + _COLORBAR_INCHES
   height = _TITLE_INCHES + rows * row_height
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  figure = Figure(figsize=(width, height), dpi=_DPI)
+  figure = _figure(width, height, layout=None)
   for index, head in enumerate(heads):
     row, column = divmod(index, columns)
     top = _TITLE_INCHES + row * row_height + _TITLE_INCHES
