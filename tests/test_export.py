@@ -317,6 +317,30 @@ def test_graph_has_only_core_and_tensorflow_text_ops(request, dtype):
   # which stored and traced it twice more).
   searches = [name for name in function_names if "_decode_" in name]
   assert len(searches) == 2, searches
+  # Likewise the teacher-forced pass: stored once, called by the four
+  # signatures that teacher-force.
+  forced = [name for name in function_names
+            if "_logits_and_attention_" in name]
+  assert len(forced) == 1, forced
+  for signature in ("score", "forced_alignment", "attention", "alignment"):
+    assert forced[0] in _reachable(functions, f"__inference_{signature}_"), (
+        signature)
+
+
+def _reachable(functions, prefix):
+  """The names of the functions that the one named `prefix`... calls,
+  directly or through others (cond branches, loop bodies)."""
+  by_name = {f.signature.name: f for f in functions}
+  (start,) = [name for name in by_name if name.startswith(prefix)]
+  seen, todo = set(), [start]
+  while todo:
+    for node in by_name[todo.pop()].node_def:
+      called = {a.func.name for a in node.attr.values() if a.func.name}
+      called.add(node.op)
+      for name in called & set(by_name) - seen:
+        seen.add(name)
+        todo.append(name)
+  return seen
 
 
 def test_export_translates_like_the_in_process_search(model_dir, exported):

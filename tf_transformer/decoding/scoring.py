@@ -5,9 +5,11 @@ its softmax output, section 3.4). What OpenNMT-tf's `score`, fairseq's
 `--score-reference`, `marian-scorer` and CTranslate2's `score_batch` give:
 natural log, the target's subwords and its EOS, no length penalty.
 
-`score_texts` is the graph code of the export's `score` signature (and of
-bin/score.py on a run); `serving/scorer.py` runs it, or CTranslate2's
-`score_batch`, over lists of lines.
+`score_texts` scores strings with a model's call; the export's `score`
+signature computes the same from the teacher-forced pass it shares with the
+attention signatures (`target_labels`, `label_log_probs`, `scores_of`).
+`serving/scorer.py` runs a signature, or CTranslate2's `score_batch`, over
+lists of lines.
 """
 
 import tensorflow as tf

@@ -150,8 +150,9 @@ class TranslationModule(tf.Module):
     # more at each export.
     search = tf.function(self._decode, autograph=False)
     self._search = lambda *args: search(*args)
-    # Likewise the teacher-forced pass that `attention`, `alignment` and
-    # `forced_alignment` share: traced and saved once, not three times.
+    # Likewise the teacher-forced pass that `attention`, `alignment`,
+    # `score` and `forced_alignment` share: traced and saved once, not four
+    # times.
     forced = tf.function(model.logits_and_attention, autograph=False)
     self._logits_and_attention = lambda *args: forced(*args)
 
@@ -352,9 +353,23 @@ class TranslationModule(tf.Module):
         "score: source and target must hold as many strings")
     empty = {"log_prob": tf.zeros([0]), "token_log_probs": tf.zeros([0, 0]),
              "lengths": tf.zeros([0], tf.int32)}
-    return self._if_not_empty(source, lambda: scoring.score_texts(
-        self.model, self.tokenizer, source, target, self.max_input_tokens,
-        self.max_output_tokens, self.target_tokenizer), empty)
+    return self._if_not_empty(
+        source, lambda: self._forced(source, target)[0], empty)
+
+  def _forced(self, source, target):
+    """`scoring.score_texts`'s dict for (source, target) strings, with the
+    source ids, the labels as a [batch, T] tensor and the attention of the
+    same pass: the shared teacher-forced function (the logits are the
+    model's call's, to the bit) gives `score` and `forced_alignment`
+    alike."""
+    source_ids = self._encode(source)
+    labels = scoring.target_labels(self.target_tokenizer, target,
+                                   self.max_output_tokens)
+    target_ids = labels.to_tensor()
+    logits, attention = self._logits_and_attention(
+        source_ids, sequences.decoder_input(target_ids))
+    scored = scoring.scores_of(scoring.label_log_probs(logits, labels), labels)
+    return scored, source_ids, target_ids, attention
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2,
                autograph=False)
@@ -380,14 +395,8 @@ class TranslationModule(tf.Module):
 
     def aligned():
       # One teacher-forced pass gives the scores and the attention alike.
-      source_ids = self._encode(source)
-      labels = scoring.target_labels(self.target_tokenizer, target,
-                                     self.max_output_tokens)
-      target_ids = labels.to_tensor()
-      logits, attention = self._logits_and_attention(
-          source_ids, sequences.decoder_input(target_ids))
-      scored = scoring.scores_of(scoring.label_log_probs(logits, labels),
-                                 labels)
+      scored, source_ids, target_ids, attention = self._forced(source,
+                                                               target)
       return (scored["log_prob"], scored["token_log_probs"],
               scored["lengths"], *self._attention_outputs(
                   source_ids, target_ids, attention, ("encoder_decoder",),
