@@ -18,7 +18,7 @@ def _cores_per_worker():
 # Each worker's TensorFlow (and the bin/ processes it starts, which inherit
 # the variable) sizes its intra-op pool to its share of the cores, not to all
 # of them: with two workers on two cores, four spinning threads fought for
-# two, and the suite took 8% longer (docs/design.md, "The test suite's time").
+# two, and the suite took 8% longer.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_cores_per_worker()))
 
 from absl import logging as absl_logging  # noqa: E402
