@@ -85,18 +85,39 @@ def _result(checks, backend, name):
   return found
 
 
+# The generic layer test and the README's classifier, by pytest, in the
+# checks' interpreter and after them: its conftest imports TensorFlow.
+_LAYER_CONVENTIONS = """
+import contextlib, io
+import pytest
+
+class Outcomes:
+  counts = {}
+  def pytest_terminal_summary(self, terminalreporter):
+    for key in ("passed", "failed", "skipped", "error"):  # "errors": not
+      # "error", which names a check's own traceback
+      self.counts[key.replace("error", "errors")] = len(
+          terminalreporter.stats.get(key, []))
+
+outcomes, output = Outcomes(), io.StringIO()
+with contextlib.redirect_stdout(output):
+  status = pytest.main(["-q", "-p", "no:cacheprovider",
+                        "tests/test_layer_conventions.py",
+                        "tests/test_keras_reuse.py"], plugins=[outcomes])
+result = {"status": int(status), "output": output.getvalue()[-4000:],
+          **outcomes.counts}
+"""
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_layer_conventions_and_the_readme_classifier_hold(backend):
+def test_layer_conventions_and_the_readme_classifier_hold(backend, checks):
   """The generic layer test (config and saving round trips, symbolic =
   eager, a compiled call and fit step, dtype policies) and the README's
   classifier (trained, saved, reloaded) pass under JAX and PyTorch."""
-  done = _under(backend, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-p", "no:randomly", "tests/test_layer_conventions.py",
-                "tests/test_keras_reuse.py")
-  summary = done.stdout.strip().splitlines()[-1]
-  assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-  assert int(re.search(r"(\d+) passed", summary).group(1)) > 90, summary
-  assert not re.search(r"skipped|failed|error", summary), summary
+  found = _result(checks, backend, "layer_conventions")
+  assert found["status"] == 0, found["output"]
+  assert found["passed"] > 90, found
+  assert found["failed"] == found["skipped"] == found["errors"] == 0, found
 
 
 _TRAINING = """
@@ -443,7 +464,8 @@ def test_the_closed_form_loss_gradient_equals_autograd_under_torch(checks):
 _CHECKS = {"training": _TRAINING, "teacher_forcing": _TEACHER_FORCING,
            "embedding_gradient": _REPEATED_TOKEN_GRADIENT,
            "loss_gradient_jax": _LOSS_GRADIENT_JAX,
-           "loss_gradient_torch": _LOSS_GRADIENT_TORCH}
+           "loss_gradient_torch": _LOSS_GRADIENT_TORCH,
+           "layer_conventions": _LAYER_CONVENTIONS}  # last: see its code
 _BACKENDS_OF = {"embedding_gradient": BACKENDS + ["tensorflow"],
                 "loss_gradient_jax": ["jax"],
                 "loss_gradient_torch": ["torch"]}
