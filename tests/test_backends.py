@@ -92,12 +92,13 @@ import contextlib, io
 import pytest
 
 class Outcomes:
-  counts = {}
+  # pytest's "error" is counted as "errors": a check's own "error" is its
+  # traceback.
   def pytest_terminal_summary(self, terminalreporter):
-    for key in ("passed", "failed", "skipped", "error"):  # "errors": not
-      # "error", which names a check's own traceback
-      self.counts[key.replace("error", "errors")] = len(
-          terminalreporter.stats.get(key, []))
+    stats = terminalreporter.stats
+    self.counts = {name: len(stats.get(key, [])) for name, key in (
+        ("passed", "passed"), ("failed", "failed"), ("skipped", "skipped"),
+        ("errors", "error"))}
 
 outcomes, output = Outcomes(), io.StringIO()
 with contextlib.redirect_stdout(output):

@@ -328,8 +328,8 @@ def test_graph_has_only_core_and_tensorflow_text_ops(request, dtype):
 
 
 def _reachable(functions, prefix):
-  """The names of the functions that the one named `prefix`... calls,
-  directly or through others (cond branches, loop bodies)."""
+  """The names of the functions that the one whose name starts with `prefix`
+  calls, directly or through others (cond branches, loop bodies)."""
   by_name = {f.signature.name: f for f in functions}
   (start,) = [name for name in by_name if name.startswith(prefix)]
   seen, todo = set(), [start]
@@ -337,7 +337,7 @@ def _reachable(functions, prefix):
     for node in by_name[todo.pop()].node_def:
       called = {a.func.name for a in node.attr.values() if a.func.name}
       called.add(node.op)
-      for name in called & set(by_name) - seen:
+      for name in (called & by_name.keys()) - seen:
         seen.add(name)
         todo.append(name)
   return seen
