@@ -101,10 +101,11 @@ def trained_numbers_run(tmp_path_factory):
   def train(model_dir):
     # pylint: disable=g-import-not-at-top
     from tf_transformer.run import run_dir
-    from training_helpers import make_trainer, vocabulary
+    from training_helpers import PRODUCT_DEFAULTS, make_trainer, vocabulary
     keras.utils.set_random_seed(1234)
-    trainer = make_trainer(model_dir, train_steps=400, batch_tokens=1024,
-                           log_every_steps=100)
+    trainer = make_trainer(model_dir, overrides="dropout_rate=0.0",
+                           train_steps=400, batch_tokens=1024,
+                           log_every_steps=100, **PRODUCT_DEFAULTS)
     trainer.train()
     run_dir.save(str(model_dir), trainer.config)
     vocabulary().save(str(model_dir))

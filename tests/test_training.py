@@ -10,7 +10,8 @@ from tf_transformer import build_model, get_config
 from tf_transformer.training import checkpoints
 from tf_transformer.training import schedule
 from tf_transformer.training import trainer as trainer_lib
-from training_helpers import copy_weights, distribute, global_batch, make_trainer
+from training_helpers import PRODUCT_DEFAULTS, copy_weights, distribute
+from training_helpers import global_batch, make_trainer
 
 
 def test_schedule_is_equation_3():
@@ -71,16 +72,11 @@ def _step(trainer, strategy, batch):
       distribute(strategy, batch))
 
 
-# Depth changes nothing that distribution and accumulation must preserve,
-# and one layer traces a many-replica step in about 0.6x the time of two.
-ONE_LAYER = "dropout_rate=0.0,num_layers=1"
-
-
 def test_eight_devices_equal_one_device(tmp_path):
   batch = global_batch(rows=16)
-  one = make_trainer(tmp_path / "one", overrides=ONE_LAYER)
+  one = make_trainer(tmp_path / "one")
   mirrored = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
-  eight = make_trainer(tmp_path / "eight", mirrored, overrides=ONE_LAYER)
+  eight = make_trainer(tmp_path / "eight", mirrored)
   copy_weights(one, eight)
   loss_one = _step(one, one.strategy, batch)
   loss_eight = _step(eight, mirrored, batch)
@@ -102,8 +98,8 @@ def test_accumulated_steps_equal_one_larger_step(tmp_path, devices):
   first, second = global_batch(rows=4, seed=1), global_batch(rows=4, seed=2)
   both = tf.nest.map_structure(lambda a, b: tf.concat([a, b], 0), first,
                                second)
-  big = make_trainer(tmp_path / "big", strategy, overrides=ONE_LAYER)
-  accumulated = make_trainer(tmp_path / "acc", strategy, overrides=ONE_LAYER,
+  big = make_trainer(tmp_path / "big", strategy)
+  accumulated = make_trainer(tmp_path / "acc", strategy,
                              gradient_accumulation_steps=2)
   copy_weights(big, accumulated)
   _step(big, strategy, both)
@@ -122,7 +118,7 @@ def test_same_seed_same_losses(tmp_path):
   losses = []
   for run in ("a", "b"):
     trainer = make_trainer(tmp_path / run, overrides="dropout_rate=0.1",
-                           train_steps=3)
+                           train_steps=3, **PRODUCT_DEFAULTS)
     losses.append(trainer.train()["losses"])
   assert len(losses[0]) == 3
   assert losses[0] == losses[1]

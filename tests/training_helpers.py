@@ -15,20 +15,35 @@ from tf_transformer.training import trainer as trainer_lib
 
 SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
 
+# Training's mechanics (steps, distribution, checkpoints, resuming, stops)
+# are tested on one layer a side with the attention core and the loss
+# uncompiled: none of them depends on depth, and XLA compiles both anew for
+# every batch shape of a short run (about 0.9 CPU-s a shape). Depth is the
+# model's tests'; XLA's attention and loss equal the plain ones in test_model
+# and test_loss; bin/train.py's tests train with the defaults (`tiny`'s two
+# layers, XLA on), as `PRODUCT_DEFAULTS` asks of `make_trainer`.
+MECHANICS = "dropout_rate=0.0,num_layers=1"
+UNCOMPILED = {"xla_attention": False, "xla_loss": False}
+PRODUCT_DEFAULTS = {"xla_attention": True, "xla_loss": True}
+
 
 @functools.lru_cache(maxsize=1)
 def vocabulary():
   return prepare.build_vocabulary(SPEC, 400)
 
 
-def make_trainer(model_dir, strategy=None, overrides="dropout_rate=0.0",
+def make_trainer(model_dir, strategy=None, overrides=MECHANICS,
                  train_steps=10, batch_tokens=512, **options):
+  """A `Trainer` of `tiny` with `overrides` on the numbers task, on one CPU
+  device unless `strategy`; `options`: `TrainOptions` fields over these
+  tests' (no evaluation, a log line a step, `UNCOMPILED`)."""
   config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size,
                       train_steps=train_steps, batch_tokens=batch_tokens)
   options = trainer_lib.TrainOptions(
       model_dir=str(model_dir), **{"max_length": 32, "eval_every_steps": 0,
                                    "log_every_steps": 1,
-                                   "checkpoint_every_secs": 0, **options})
+                                   "checkpoint_every_secs": 0, **UNCOMPILED,
+                                   **options})
   return trainer_lib.Trainer(config, vocabulary(), SPEC, options,
                              strategy or tf.distribute.OneDeviceStrategy(
                                  "/cpu:0"))
