@@ -1,6 +1,7 @@
 """Shared test setup: quiet TensorFlow, deterministic seeds, small helpers."""
 
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
@@ -69,6 +70,14 @@ def run_script(name, *args, timeout=600, input_text=None, env=None,
   return subprocess.run(
       [sys.executable, path, *args], capture_output=True, text=True,
       timeout=timeout, input=input_text, env=environment, cwd=REPO)
+
+
+@functools.cache
+def load_saved_model(path):
+  """`tf.saved_model.load(path)`, once per test process: these tests only
+  call an export's signatures, and each load of the tiny export costs about
+  1.7 CPU-s, and each signature's first call more."""
+  return tf.saved_model.load(str(path))
 
 
 def made_once(tmp_path_factory, name, make):

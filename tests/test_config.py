@@ -133,10 +133,10 @@ def test_auto_config_follows_the_training_pairs():
 def test_auto_config_is_chosen_once_and_kept_on_resume(tmp_path):
   from tf_transformer.run import run_dir  # pylint: disable=g-import-not-at-top
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
-  from training_helpers import SPEC  # pylint: disable=g-import-not-at-top
+  from training_helpers import SPEC, UNCOMPILED  # pylint: disable=g-import-not-at-top
   small = "num_layers=1,d_model=32,d_ff=64,num_heads=2,batch_tokens=512"
   options = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
-                 vocab_size=400)
+                 vocab_size=400, **UNCOMPILED)
   auto = config_lib.AutoConfig(small, (("train_steps", 1),))
   Runner(str(tmp_path)).train(auto, SPEC, **options)
   saved = run_dir.load_config(str(tmp_path))

@@ -32,7 +32,7 @@ from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
 from tf_transformer.serving.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from conftest import TRAINED_EXPORT, run_script
+from conftest import TRAINED_EXPORT, load_saved_model, run_script
 import search_reference
 from training_helpers import beam_search as model_beam_search
 from training_helpers import write_run_dir
@@ -192,7 +192,7 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
 
 
 def test_attention_signature_gives_tokens_and_distributions(exported):
-  loaded = tf.saved_model.load(str(exported))
+  loaded = load_saved_model(exported)
   texts = tf.constant(["four hundred and twenty-one", "seven"])
   out = loaded.signatures["attention"](text=texts)
   best = loaded.signatures["serving_default"](text=texts)
@@ -236,7 +236,7 @@ def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
     exported):
   """What word alignments need, a heads-th of `attention`'s: the same
   search, tokens and encoder-decoder weights, heads averaged."""
-  loaded = tf.saved_model.load(str(exported))
+  loaded = load_saved_model(exported)
   texts = tf.constant(["four hundred and twenty-one", "seven", ""])
   full = loaded.signatures["attention"](text=texts)
   out = loaded.signatures["alignment"](text=texts)
@@ -352,7 +352,7 @@ def test_export_translates_like_the_in_process_search(model_dir, exported):
   ids, scores = model_beam_search(model, _source_ids(
       vocab, texts), beam_size=4, alpha=0.6, max_length_offset=10)
   expected = [t.decode() for t in vocab.detokenize(ids[:, 0]).numpy()]
-  loaded = tf.saved_model.load(str(exported))
+  loaded = load_saved_model(exported)
   out = loaded.signatures["serving_default"](text=tf.constant(texts))
   got = [t.decode() for t in out["translation"].numpy()]
   same = _same_but_near_ties(model, vocab, texts, expected, got, 10)
@@ -383,7 +383,7 @@ def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
              for f in functions)
   # Requests of any size (padded to buckets inside) translate as without XLA.
   xla = tf.saved_model.load(str(tmp_path / "xla" / "1"))
-  plain = tf.saved_model.load(str(exported))
+  plain = load_saved_model(exported)
   model, vocab = run_dir.load_trained_model(str(model_dir))
   texts = ["four hundred and twenty-one", "seven", "twelve thousand and six"]
   for batch in (texts, texts[:1]):
@@ -414,7 +414,7 @@ def test_training_batches_and_the_saved_model_give_the_same_ids(
   input is BOS + labels shifted right; only the SavedModel cuts long
   inputs."""
   _, vocab = run_dir.load(str(model_dir))
-  loaded = tf.saved_model.load(str(exported))
+  loaded = load_saved_model(exported)
   pairs = [("four hundred and twenty-one", "vierhundert"),
            ("seven", "sieben und zwölf"), ("  twelve  thousand ", "zwölf"),
            ("naïve café — 東京", "Grüße, ☃ \u00e9")]

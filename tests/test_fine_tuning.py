@@ -13,10 +13,11 @@ from tf_transformer.data.sources import DataSpec
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from conftest import run_script
-from training_helpers import SPEC, vocabulary
+from test_train_script import UNCOMPILED_FLAGS
+from training_helpers import SPEC, UNCOMPILED, vocabulary
 
 OPTIONS = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
-               log_every_steps=1)
+               log_every_steps=1, **UNCOMPILED)
 OTHER_DATA = DataSpec(dataset="numbers", numbers_train_size=500, seed=3)
 
 
@@ -87,7 +88,7 @@ def test_bin_train_takes_the_other_runs_config(trained_numbers_run,
                       "--dataset=numbers", "--numbers_train_size=500",
                       "--train_steps=2", "--batch_tokens=512",
                       "--max_length=32", "--eval_every_steps=0",
-                      "--checkpoint_every_secs=0")
+                      "--checkpoint_every_secs=0", *UNCOMPILED_FLAGS)
   assert result.returncode == 0, result.stderr[-3000:]
   assert (f"initialized the model weights from {trained_numbers_run}/"
           "ckpt-400") in result.stderr

@@ -19,6 +19,7 @@ from tf_transformer.run.import_run import import_marian
 from tf_transformer.serving import marian_npz
 
 from test_marian_import import SENTENCES, _spm  # pylint: disable=g-bad-import-order
+from test_train_script import UNCOMPILED_FLAGS
 
 D_MODEL, D_FF, HEADS, LAYERS = 16, 32, 4, 2
 # Float32 rounding of two engines (CTranslate2 fuses Q, K and V and sums in
@@ -329,7 +330,7 @@ def test_fine_tunes_an_imported_release(tmp_path):
       # float32 given: the default (auto) may choose bfloat16 on a CPU with
       # AVX512_BF16, and step 0's nll is then the import's to within
       # bfloat16's rounding (about 1e-3), not float32's.
-      "--mixed_precision=float32",
+      "--mixed_precision=float32", *UNCOMPILED_FLAGS,
       "--hparams=warmup_steps=10,max_decode_length_offset=4")
   assert result.returncode == 0, result.stderr[-3000:]
   assert "initialized the model weights from" in result.stderr

@@ -21,6 +21,7 @@ from tf_transformer.run import import_run
 from tf_transformer.run import loading
 from tf_transformer.serving import opennmt_import
 from tf_transformer.training import evaluator
+from test_train_script import UNCOMPILED_FLAGS
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                     "opennmt")
@@ -171,7 +172,7 @@ def test_fine_tunes_averages_and_scores(tmp_path):
       f"--train_source={source}", f"--train_target={target}",
       f"--dev_source={source}", f"--dev_target={target}",
       "--train_steps=6", "--eval_every_steps=6", "--checkpoint_every_secs=0",
-      "--mixed_precision=float32",
+      "--mixed_precision=float32", *UNCOMPILED_FLAGS,
       "--hparams=warmup_steps=3,batch_tokens=256,max_decode_length_offset=4")
   assert result.returncode == 0, result.stderr[-3000:]
   evaluations = json.loads((tuned / "evaluations.json").read_text())

@@ -10,6 +10,7 @@ import pytest
 from tf_transformer.config import get_config
 from tf_transformer.run import run_dir
 from tf_transformer.training import precision
+from training_helpers import UNCOMPILED
 
 SMALL = "num_layers=1,d_model=32,d_ff=64,num_heads=2,batch_tokens=256"
 
@@ -113,7 +114,7 @@ def test_a_run_trains_in_the_chosen_precision_and_resumes_in_it(
     return precision.Choice("bfloat16", "bfloat16: forced")
   monkeypatch.setattr(precision, "choose", forced)
   options = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
-                 vocab_size=400, mixed_precision=precision.AUTO)
+                 vocab_size=400, mixed_precision=precision.AUTO, **UNCOMPILED)
   Runner(str(tmp_path)).train(get_config("tiny", SMALL, train_steps=1), SPEC,
                               **options)
   resumed = Runner(str(tmp_path)).train(

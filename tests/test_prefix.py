@@ -18,7 +18,7 @@ from tf_transformer.decoding.search import decode
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
 from tf_transformer.special_ids import EOS_ID, PAD_ID
-from conftest import run_script
+from conftest import load_saved_model, run_script
 import search_reference
 
 PAIRS = numbers.generate({"test": 16}, seed=5)["test"]
@@ -39,7 +39,7 @@ def _prefixes(vocab, texts, pieces):
 
 @pytest.fixture(scope="module")
 def loaded(trained_export):
-  return tf.saved_model.load(trained_export)
+  return load_saved_model(trained_export)
 
 
 def test_empty_prefix_gives_exactly_the_plain_translation(loaded):

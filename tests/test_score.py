@@ -15,7 +15,7 @@ from tf_transformer.decoding import alignment
 from tf_transformer.run import run_dir
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.special_ids import BOS_ID, EOS_ID
-from conftest import TRAINED_EXPORT, run_script
+from conftest import TRAINED_EXPORT, load_saved_model, run_script
 from training_helpers import token_log_probs
 
 # conftest.trained_export's: above the longest source here (18 subwords), so
@@ -34,7 +34,7 @@ def _exported(trained_export):
 
 @pytest.fixture(scope="module")
 def score(exported):
-  loaded = tf.saved_model.load(exported)
+  loaded = load_saved_model(exported)
   signature = loaded.signatures["score"]
 
   def call(sources, targets):
@@ -103,7 +103,7 @@ def test_forced_alignment_is_the_teacher_forced_attention_of_the_target(
   most attended source pieces are within that rounding)."""
   model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
-  signature = tf.saved_model.load(exported).signatures["forced_alignment"]
+  signature = load_saved_model(exported).signatures["forced_alignment"]
   sources, targets = SOURCES[:12], REFERENCES[:12]
   out = {k: v.numpy() for k, v in signature(
       source=tf.constant(sources), target=tf.constant(targets)).items()}

@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 
 from bench import server_batching
+from conftest import load_saved_model
 from tf_transformer.data import numbers
 
 PAIRS = numbers.generate({"test": 7}, seed=11)["test"]
@@ -22,7 +23,7 @@ TARGETS = [t for _, t in PAIRS]
 
 @pytest.fixture(scope="module")
 def loaded(trained_export):
-  return tf.saved_model.load(trained_export)
+  return load_saved_model(trained_export)
 
 
 def _strings(values):

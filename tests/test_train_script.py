@@ -27,7 +27,8 @@ TINY = ["--config=tiny", "--dataset=numbers", "--numbers_train_size=300",
 # uncompiled (tests/training_helpers.py's MECHANICS says why). A test that
 # gives --hparams gives NUM_LAYERS in it.
 NUM_LAYERS = "num_layers=1"
-MECHANICS = [f"--hparams={NUM_LAYERS}", "--noxla_attention", "--noxla_loss"]
+UNCOMPILED_FLAGS = ["--noxla_attention", "--noxla_loss"]
+MECHANICS = [f"--hparams={NUM_LAYERS}", *UNCOMPILED_FLAGS]
 
 
 def _train_command(model_dir, *args):

@@ -15,13 +15,14 @@ from tf_transformer.training import trainer as trainer_lib
 
 SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
 
-# Training's mechanics (steps, distribution, checkpoints, resuming, stops)
-# are tested on one layer a side with the attention core and the loss
-# uncompiled: none of them depends on depth, and XLA compiles both anew for
-# every batch shape of a short run (about 0.9 CPU-s a shape). Depth is the
-# model's tests'; XLA's attention and loss equal the plain ones in test_model
-# and test_loss; bin/train.py's tests train with the defaults (`tiny`'s two
-# layers, XLA on), as `PRODUCT_DEFAULTS` asks of `make_trainer`.
+# Training's mechanics (steps, distribution, checkpoints, resuming, stops,
+# fine-tuning) are tested on one layer a side with the attention core and
+# the loss uncompiled: none of them depends on depth, and XLA compiles both
+# anew for every batch shape of a short run (about 0.9 CPU-s a shape). Depth
+# is the model's tests'; XLA's attention and loss equal the plain ones in
+# test_model and test_loss; the end-to-end runs (the main job, bin/train.py's
+# TensorBoard test, the shared trained fixture) keep the defaults (`tiny`'s
+# two layers, XLA on), as `PRODUCT_DEFAULTS` asks of `make_trainer`.
 MECHANICS = "dropout_rate=0.0,num_layers=1"
 UNCOMPILED = {"xla_attention": False, "xla_loss": False}
 PRODUCT_DEFAULTS = {"xla_attention": True, "xla_loss": True}
