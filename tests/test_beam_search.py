@@ -2,6 +2,7 @@
 stop, batches decode like single sentences."""
 
 import dataclasses
+import functools
 import itertools
 
 import keras
@@ -199,11 +200,16 @@ def test_top_k_of_a_width_unknown_in_the_graph_is_tf_top_k(columns):
   np.testing.assert_array_equal(values, expected_values)
 
 
-def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
-                                                       monkeypatch):
+@pytest.fixture(scope="module", name="trained")
+def _trained(trained_numbers_run):
+  """(model, vocabulary) of the session's trained run, loaded once."""
+  return run_dir.load_trained_model(str(trained_numbers_run))
+
+
+def test_results_do_not_depend_on_when_sentences_leave(trained, monkeypatch):
   """Done sentences leave the batch when a quarter of it is done; leaving at
   once, never (XLA's static shapes) or decoding alone gives the same."""
-  model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
+  model, vocabulary = trained
   texts = [s for s, _ in numbers.generate({"test": 24}, seed=3)["test"]]
   sources = _source_ids(vocabulary, texts)
   search = lambda s: model_beam_search(model, s, beam_size=4, alpha=0.6,
@@ -231,20 +237,27 @@ def test_results_do_not_depend_on_when_sentences_leave(trained_numbers_run,
                                  rtol=1e-4, atol=1e-5)
 
 
+@functools.cache
+def _in_parts(model, options):
+  """`decode` with `options` (parts > 1) as one tf.function for every
+  batch shape: the test's batch sizes share its trace."""
+  return tf.function(lambda s: decode(model, s, options), input_signature=[
+      tf.TensorSpec([None, None], tf.int32)])
+
+
 @pytest.mark.parametrize("rows,method", [(24, "beam"), (1, "beam"),
                                          (0, "beam"), (24, "greedy"),
                                          (1, "greedy")])
-def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
-                                                     rows, method):
-  model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
+def test_decoding_in_parts_gives_what_one_loop_gives(trained, rows, method):
+  model, vocabulary = trained
   texts = [s for s, _ in numbers.generate({"test": 24}, seed=5)["test"]]
   sources = _source_ids(vocabulary, texts)[:rows]
   options = DecodingOptions(method=method, max_decode_length_offset=10)
   ids, scores = decode(model, sources, options)
   lines = [_strip(row) for row in sources.numpy()]
   for parts in (2, 3):
-    part_ids, part_scores = tf.function(lambda s, parts=parts: decode(
-        model, s, dataclasses.replace(options, parts=parts)))(sources)
+    part_ids, part_scores = _in_parts(
+        model, dataclasses.replace(options, parts=parts))(sources)
     assert part_ids.shape[0] == rows
     apart = lines_apart(model, lines, ids.numpy(), part_ids.numpy(),
                         options.nbest, max_length_offset=10)
@@ -255,12 +268,12 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained_numbers_run,
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
-    trained_numbers_run, method):
+    trained, method):
   """The XLA export's search (`DecodingOptions.xla`): its program builds
   from a shape alone (no input value decides a buffer size), requests of 3
   and 4 sentences in one length bucket share one program, and every batch
   decodes as without XLA."""
-  model, vocabulary = run_dir.load_trained_model(str(trained_numbers_run))
+  model, vocabulary = trained
   options = DecodingOptions(method=method, max_decode_length_offset=10)
   xla = dataclasses.replace(options, xla=True)
   bucketed = tf.function(lambda ids: decode(model, ids, xla))
