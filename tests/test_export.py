@@ -61,12 +61,16 @@ def exported(model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exported_bfloat16(model_dir, tmp_path_factory):
-  """The same run exported with --dtype=bfloat16, and the export's stderr."""
+def exported_bfloat16(trained_numbers_run, tmp_path_factory):
+  """The session's trained run exported by bin/export.py with
+  --dtype=bfloat16 and `trained_export`'s options, and the export's
+  stderr."""
   export_dir = tmp_path_factory.mktemp("saved_models") / "numbers_bf16"
-  result = run_script("export.py", f"--model_dir={model_dir}",
-                      f"--export_dir={export_dir}", "--max_length_offset=10",
-                      "--dtype=bfloat16")
+  result = run_script(
+      "export.py", f"--model_dir={trained_numbers_run}",
+      f"--export_dir={export_dir}", "--dtype=bfloat16",
+      f"--max_input_tokens={TRAINED_EXPORT['max_input_tokens']}",
+      f"--max_length_offset={TRAINED_EXPORT['max_decode_length_offset']}")
   assert result.returncode == 0, result.stderr[-2000:]
   return export_dir / "1", result.stderr
 
@@ -167,8 +171,10 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
   assert all(np.isfinite(answers["normal"]["score"]))
   for name in ("empty", "spaces", "long", "bad_utf8"):
     assert len(answers[name]["translation"]) == 1
-  # 1000 words are cut to 256 subwords; the output to input + 10.
-  assert len(answers["long"]["translation"][0]) < 20 * (256 + 10)
+  # 1000 words are cut to the export's limit (the default 256 subwords, or
+  # the trained export's 24); the output to input + 10.
+  limit = 256 if dtype == "float32" else TRAINED_EXPORT["max_input_tokens"]
+  assert len(answers["long"]["translation"][0]) < 20 * (limit + 10)
   assert answers["empty_batch"] == {"translation": [], "score": []}
   assert len(answers["batch_256"]["translation"]) == 256
   assert answers["nbest_shape"] == [1, 4]
@@ -455,8 +461,9 @@ def _variables(path):
   return dtypes, size
 
 
-def test_bfloat16_export_keeps_half_the_bytes(exported, exported_bfloat16):
-  full, full_size = _variables(exported)
+def test_bfloat16_export_keeps_half_the_bytes(trained_export,
+                                             exported_bfloat16):
+  full, full_size = _variables(trained_export)
   half, half_size = _variables(exported_bfloat16[0])
   weights = {name for name, dtype in full.items() if dtype == tf.float32}
   assert weights and weights == set(half) - {
@@ -464,8 +471,8 @@ def test_bfloat16_export_keeps_half_the_bytes(exported, exported_bfloat16):
   assert {half[name] for name in weights} == {tf.bfloat16}
   assert half_size < 0.55 * full_size, (half_size, full_size)
   # The signatures take and give what the float32 export's do.
-  for path in (exported, exported_bfloat16[0]):
-    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+  for path in (trained_export, exported_bfloat16[0]):
+    serve = load_saved_model(path).signatures["serving_default"]
     assert {k: v.dtype for k, v in serve.structured_outputs.items()} == {
         "translation": tf.string, "score": tf.float32}
 
@@ -509,16 +516,16 @@ def test_bfloat16_export_warns_only_where_the_cpu_lacks_bfloat16(
 
 
 def test_bfloat16_export_translates_like_float32(trained_numbers_run,
-                                                 trained_export, tmp_path):
+                                                 trained_export,
+                                                 exported_bfloat16):
   """A trained model's bfloat16 export gives the float32 export's
   translations (the session's `trained_export`, exported with the same
   options) but where bfloat16's rounding can tip a decision of the search,
   and scores within bfloat16's rounding (tests/test_model_policy.py)."""
   sources = [s for s, _ in numbers.generate({"test": 64}, seed=11)["test"]]
-  half_path = Runner(str(trained_numbers_run)).export(
-      str(tmp_path / "bfloat16"), dtype="bfloat16", **TRAINED_EXPORT)
-  full, half = (tf.saved_model.load(path).signatures["nbest"](
-      text=tf.constant(sources)) for path in (trained_export, half_path))
+  full, half = (load_saved_model(path).signatures["nbest"](
+      text=tf.constant(sources)) for path in (trained_export,
+                                              exported_bfloat16[0]))
   same = (full["translations"][:, 0].numpy()
           == half["translations"][:, 0].numpy())
   model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
