@@ -257,7 +257,13 @@ def test_a_repeated_tokens_embedding_gradient_sums_in_float32(backend,
   sums in float32: 4096 lookups of one token give 4096 (a sum in bfloat16
   stops at 256, where adding 1 no longer changes it; JAX and PyTorch did
   that while the rows were gathered from a bfloat16 copy of the table)."""
-  found = _result(checks, backend, "embedding_gradient")
+  if backend == "tensorflow":  # this process's own backend
+    scope = {}
+    exec(compile(_REPEATED_TOKEN_GRADIENT, "embedding_gradient", "exec"),
+         scope)
+    found = scope["result"]
+  else:
+    found = _result(checks, backend, "embedding_gradient")
   assert found == {"output": "bfloat16", "grad": "float32",
                    "row": [4096.0] * 8, "others": 0.0}, (backend, found)
 
@@ -467,6 +473,5 @@ _CHECKS = {"training": _TRAINING, "teacher_forcing": _TEACHER_FORCING,
            "loss_gradient_jax": _LOSS_GRADIENT_JAX,
            "loss_gradient_torch": _LOSS_GRADIENT_TORCH,
            "layer_conventions": _LAYER_CONVENTIONS}  # last: see its code
-_BACKENDS_OF = {"embedding_gradient": BACKENDS + ["tensorflow"],
-                "loss_gradient_jax": ["jax"],
+_BACKENDS_OF = {"loss_gradient_jax": ["jax"],
                 "loss_gradient_torch": ["torch"]}
