@@ -26,7 +26,7 @@ from tf_transformer.serving import client
 from tf_transformer.serving.output import score_line
 from tf_transformer.serving.scorer import Scorer
 from tf_transformer.serving.translator import Translator
-from conftest import run_script
+from conftest import load_saved_model, run_script
 
 TEXTS = ["four hundred and twenty-one", "seven", ""]
 # Every request the REST stand-in answers: (signature, its inputs).
@@ -37,7 +37,7 @@ REQUESTS = []
 def saved_model(untrained_export):
   """The export, loaded; its directory as `.path`."""
   _, exported = untrained_export
-  loaded = tf.saved_model.load(str(exported))
+  loaded = load_saved_model(exported)
   loaded.path = str(exported)
   return loaded
 
