@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, run_script
-from test_train_script import MECHANICS, TINY
+from test_train_script import TINY
+from training_helpers import MECHANICS_FLAGS
 from tf_transformer import command
 from tf_transformer import disk_full
 from tf_transformer import whole_dir
@@ -80,7 +81,8 @@ def test_training_on_a_full_disk_says_so_and_resumes(tmp_path):
   disk = tmp_path / "disk"
   with small_disk(disk, 24) as mounted:
     model_dir = disk / "run"
-    args = [*MECHANICS, "--checkpoint_every_steps=2", "--eval_every_steps=0"]
+    args = [*MECHANICS_FLAGS, "--checkpoint_every_steps=2",
+            "--eval_every_steps=0"]
     first = run_script("train.py", f"--model_dir={model_dir}", *TINY, *args,
                        "--train_steps=2")
     assert first.returncode == 0, first.stderr[-3000:]

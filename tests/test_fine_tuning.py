@@ -13,8 +13,7 @@ from tf_transformer.data.sources import DataSpec
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from conftest import run_script
-from test_train_script import UNCOMPILED_FLAGS
-from training_helpers import SPEC, UNCOMPILED, vocabulary
+from training_helpers import SPEC, UNCOMPILED, UNCOMPILED_FLAGS, vocabulary
 
 OPTIONS = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
                log_every_steps=1, **UNCOMPILED)

@@ -12,11 +12,11 @@ import time
 import pytest
 import tensorflow as tf
 
-from test_train_script import MECHANICS, NUM_LAYERS, _env, _free_ports
-from test_train_script import _train, _train_command
+from test_train_script import _env, _free_ports, _train, _train_command
+from training_helpers import MECHANICS_FLAGS, ONE_LAYER
 
 LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
-        "--eval_every_steps=0", "--log_every_steps=1", *MECHANICS]
+        "--eval_every_steps=0", "--log_every_steps=1", *MECHANICS_FLAGS]
 
 
 def _start(model_dir, log, *args, env=None):
@@ -114,19 +114,20 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
 
 def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
   model_dir = tmp_path / "run"
-  args = [*MECHANICS, "--checkpoint_every_steps=1", "--eval_every_steps=0"]
+  args = [*MECHANICS_FLAGS, "--checkpoint_every_steps=1",
+          "--eval_every_steps=0"]
 
   def train(*more):
     return _train(model_dir, *args, *more)
 
   assert train("--train_steps=2").returncode == 0
   refused = train("--train_steps=4",
-                  f"--hparams={NUM_LAYERS},learning_rate_scale=1e45")
+                  f"--hparams={ONE_LAYER},learning_rate_scale=1e45")
   assert refused.returncode == 1
   assert "--allow_recipe_change" in refused.stderr
   assert "flags:" not in refused.stderr  # one line, not the whole --help
   exploded = train("--train_steps=4",
-                   f"--hparams={NUM_LAYERS},learning_rate_scale=1e45",
+                   f"--hparams={ONE_LAYER},learning_rate_scale=1e45",
                    "--allow_recipe_change")
   assert exploded.returncode == 3, exploded.stderr[-3000:]
   assert (f"train: step 3: the update made weights or optimizer slots "
@@ -137,13 +138,13 @@ def test_nan_names_a_good_checkpoint_and_its_advice_works(tmp_path):
   assert not list(model_dir.glob("ckpt-3*"))  # never saved, not even part
   # The advice: the same weights, a lower learning rate.
   recovered = train("--train_steps=4",
-                    f"--hparams={NUM_LAYERS},learning_rate_scale=0.5",
+                    f"--hparams={ONE_LAYER},learning_rate_scale=0.5",
                     "--allow_recipe_change")
   assert recovered.returncode == 0, recovered.stderr[-3000:]
   assert f"resumed from {model_dir}/ckpt-2 at step 2 " in recovered.stderr
   assert json.loads((model_dir / "config.json").read_text())["training"][
       "learning_rate_scale"] == 0.5
-  architecture = train("--train_steps=5", f"--hparams={NUM_LAYERS},d_ff=64",
+  architecture = train("--train_steps=5", f"--hparams={ONE_LAYER},d_ff=64",
                        "--allow_recipe_change")
   assert architecture.returncode == 1
   assert "'d_ff'" in architecture.stderr

@@ -19,7 +19,7 @@ from tf_transformer.run.import_run import import_marian
 from tf_transformer.serving import marian_npz
 
 from test_marian_import import SENTENCES, _spm  # pylint: disable=g-bad-import-order
-from test_train_script import UNCOMPILED_FLAGS
+from training_helpers import UNCOMPILED_FLAGS
 
 D_MODEL, D_FF, HEADS, LAYERS = 16, 32, 4, 2
 # Float32 rounding of two engines (CTranslate2 fuses Q, K and V and sums in

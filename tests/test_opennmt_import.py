@@ -21,7 +21,7 @@ from tf_transformer.run import import_run
 from tf_transformer.run import loading
 from tf_transformer.serving import opennmt_import
 from tf_transformer.training import evaluator
-from test_train_script import UNCOMPILED_FLAGS
+from training_helpers import UNCOMPILED_FLAGS
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                     "opennmt")

@@ -18,17 +18,11 @@ from conftest import REPO, run_script
 from tf_transformer.run.runner import Runner
 from tf_transformer.training import schedule
 from tf_transformer.training.checkpoints import CheckpointError
+from training_helpers import MECHANICS_FLAGS
 
 TINY = ["--config=tiny", "--dataset=numbers", "--numbers_train_size=300",
         "--vocab_size=400", "--max_length=32", "--batch_tokens=512",
         "--checkpoint_every_secs=0", "--alsologtostderr"]
-# What a training process does under signals, kills, a second worker or a
-# full disk, on one layer a side with the attention core and the loss
-# uncompiled (tests/training_helpers.py's MECHANICS says why). A test that
-# gives --hparams gives NUM_LAYERS in it.
-NUM_LAYERS = "num_layers=1"
-UNCOMPILED_FLAGS = ["--noxla_attention", "--noxla_loss"]
-MECHANICS = [f"--hparams={NUM_LAYERS}", *UNCOMPILED_FLAGS]
 
 
 def _train_command(model_dir, *args):
@@ -51,7 +45,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
   model_dir = tmp_path / "run"
   args = ["--train_steps=400", "--checkpoint_every_steps=5",
           "--log_every_steps=1", "--eval_every_steps=0"]
-  process = subprocess.Popen(_train_command(model_dir, *MECHANICS, *args),
+  process = subprocess.Popen(_train_command(model_dir, *MECHANICS_FLAGS, *args),
                              stderr=subprocess.PIPE, text=True, env=_env())
   deadline = time.time() + 300
   for line in process.stderr:
@@ -70,7 +64,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
   assert slots, "optimizer slots are checkpointed"
   slot_value = reader.get_tensor(slots[0])
 
-  resumed = _train(model_dir, *MECHANICS, *args[1:],
+  resumed = _train(model_dir, *MECHANICS_FLAGS, *args[1:],
                    f"--train_steps={saved_step + 3}", timeout=600)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"at step {saved_step} " in resumed.stderr
@@ -106,7 +100,7 @@ def test_two_workers_on_loopback_agree(tmp_path):
     env["TF_CONFIG"] = json.dumps({"cluster": cluster,
                                    "task": {"type": "worker", "index": index}})
     processes.append(subprocess.Popen(
-        _train_command(tmp_path / "run", *MECHANICS,
+        _train_command(tmp_path / "run", *MECHANICS_FLAGS,
                        "--distribution=multi_worker", "--train_steps=3",
                        "--checkpoint_every_steps=3", "--eval_every_steps=0",
                        "--log_every_steps=1"),

@@ -23,9 +23,14 @@ SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
 # test_model and test_loss; the end-to-end runs (the main job, bin/train.py's
 # TensorBoard test, the shared trained fixture) keep the defaults (`tiny`'s
 # two layers, XLA on), as `PRODUCT_DEFAULTS` asks of `make_trainer`.
-MECHANICS = "dropout_rate=0.0,num_layers=1"
+# bin/train.py takes the same as `MECHANICS_FLAGS`; a test that gives
+# --hparams of its own gives ONE_LAYER in it.
+ONE_LAYER = "num_layers=1"
+MECHANICS = f"dropout_rate=0.0,{ONE_LAYER}"
 UNCOMPILED = {"xla_attention": False, "xla_loss": False}
-PRODUCT_DEFAULTS = {"xla_attention": True, "xla_loss": True}
+PRODUCT_DEFAULTS = {option: True for option in UNCOMPILED}
+UNCOMPILED_FLAGS = [f"--no{option}" for option in UNCOMPILED]
+MECHANICS_FLAGS = [f"--hparams={ONE_LAYER}", *UNCOMPILED_FLAGS]
 
 
 @functools.lru_cache(maxsize=1)
