@@ -176,13 +176,19 @@ def test_bans_reach_ctranslate2(trained, tmp_path):
     bigrams = list(zip(output, output[1:]))
     return len(bigrams) != len(set(bigrams))
 
-  longest = max(len(tokens(o)) for o in outputs())
-  longer = outputs(min_length=longest + 4)
-  assert all(len(tokens(o)) >= longest + 4 for o in longer)
+  limit = decoder.output_limit(pieces)
+  # The longest output the model ends itself (one may run to the limit).
+  longest = max(len(tokens(o)) for o in outputs() if len(o) < limit)
+  wanted = min(longest + 4, limit)
+  assert wanted > longest  # else no test
+  longer = outputs(min_length=wanted)
+  assert all(len(tokens(o)) >= wanted for o in longer)
   assert any(repeats_a_bigram(tokens(o)) for o in longer)  # else no test
-  banned = outputs(min_length=longest + 4, no_repeat_ngram_size=2)
-  assert all(len(tokens(o)) >= longest + 4 for o in banned)
+  banned = outputs(min_length=wanted, no_repeat_ngram_size=2)
+  assert all(len(tokens(o)) >= wanted for o in banned)
   assert not any(repeats_a_bigram(tokens(o)) for o in banned)
+  # A minimum past the limit: every output runs to the limit, as ours do.
+  assert all(len(tokens(o)) == limit for o in outputs(min_length=limit + 10))
 
 
 def test_the_reference_tells_the_two_rules_apart():

@@ -181,12 +181,15 @@ class CT2Decoder:
     """`translate_batch`'s arguments for the export's `DecodingOptions`
     (module docstring) and a batch of source pieces."""
     o = self.options
+    limit = self.output_limit(sources)
     kwargs = dict(num_hypotheses=o.nbest, return_scores=True,
                   max_input_length=0, length_penalty=o.length_penalty_alpha,
-                  # 0 unless asked: see the module docstring
-                  min_decoding_length=o.min_length,
+                  # 0 unless asked: see the module docstring; past the
+                  # limit, outputs end at it, as the SavedModel's do
+                  # (CTranslate2 refuses a minimum above its maximum)
+                  min_decoding_length=min(o.min_length, limit),
                   no_repeat_ngram_size=o.no_repeat_ngram_size,
-                  max_decoding_length=self.output_limit(sources),
+                  max_decoding_length=limit,
                   use_vmap=self.use_vmap)
     if o.method == "beam":
       # Every hypothesis it finishes, to be ranked by ours.
