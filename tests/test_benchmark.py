@@ -17,7 +17,7 @@ import search_reference
 from tf_transformer.run import run_dir
 from tf_transformer.special_ids import EOS_ID
 from tf_transformer import get_config
-from bench import decoding_speed, timing
+from bench import compiled_step, decoding_speed, timing
 from bench import serving_speed
 
 
@@ -121,6 +121,22 @@ def test_read_bandwidth_survives_a_single_sentence_head():
                                  block_rows=64, runs=1, sentence_heads=1)
   assert speeds["dtype"] == "float32" and speeds["megabytes"] > 0.5
   assert all(v > 0 for k, v in speeds.items() if k.endswith("_gb_per_sec"))
+
+
+def test_compiled_step_times_three_ways_that_compute_the_same_logits():
+  """benchmarks/compiled_step.py's figures (no speed asserted): each way
+  timed at each batch size, and the static and XLA steps' logits those of
+  the graph step within float32 rounding (tiny's logits are of order 1)."""
+  config = get_config("tiny", vocab_size=300)
+  figures = compiled_step.measure(config, [1, 2], group=2, steps=3,
+                                  max_length=16, runs=1, rounds=1)
+  for batch in ("batch_1", "batch_2"):
+    assert set(figures[batch]) == {"graph", "static", "xla"}
+    assert figures[batch]["graph"]["vs_graph"] == 1
+    assert all(f["cpu_ms_per_step"] > 0 for f in figures[batch].values())
+  differences = figures["max_abs_diff"]
+  assert differences["graph"] == 0
+  assert differences["static"] < 1e-5 and differences["xla"] < 1e-4
 
 
 def test_help_exits_0_and_lists_the_flags():
