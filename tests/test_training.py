@@ -10,8 +10,8 @@ from tf_transformer import build_model, get_config
 from tf_transformer.training import checkpoints
 from tf_transformer.training import schedule
 from tf_transformer.training import trainer as trainer_lib
-from training_helpers import MECHANICS, PRODUCT_DEFAULTS, copy_weights, distribute
-from training_helpers import global_batch, make_trainer
+from training_helpers import MECHANICS, PRODUCT_DEFAULTS, copy_weights
+from training_helpers import distribute, global_batch, make_trainer
 
 
 def test_schedule_is_equation_3():
