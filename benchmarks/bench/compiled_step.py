@@ -20,17 +20,15 @@ WAYS = (("graph", False, False), ("static", True, False),
         ("xla", True, True))
 
 
-def loop(model, batch, group, steps, max_length, static, jit, seed=0):
-  """A `tf.function` that decodes `steps` positions of `batch` random
-  sources of 16 tokens, `group` rows each, and returns the last step's
-  logits [batch * group, vocab]."""
+def loop(model, weights, memory, mask, group, steps, max_length, static,
+         jit):
+  """A `tf.function` that decodes `steps` positions of the sentences of
+  `memory` (the encoder output, `mask` its real tokens), `group` rows each,
+  with the step's `weights`, and returns the last step's logits
+  [batch * group, vocab]."""
   vocab = model.config.model.vocab_size
   step = step_lib.Step(model, static=static)
-  weights = step_lib.read(step, None, max_length)
-  source = tf.random.stateless_uniform([batch, 16], [seed, 1], 4, vocab,
-                                       tf.int32)
-  memory, mask = model.encode(source)
-  rows = batch * group
+  rows = memory.shape[0] * group
   core = lambda ids, t, cache: step(ids, t, cache, mask, weights)
   if jit:
     core = tf.function(core, jit_compile=True, autograph=False)
@@ -72,8 +70,14 @@ def measure(config, batch_sizes, group, steps, max_length, runs=7,
   model = build_model(config, xla_attention=False)
   model((tf.ones([1, 4], tf.int32), tf.ones([1, 4], tf.int32)))
   figures = {"max_abs_diff": {}}
+  # The step's weights do not depend on the way (only its shapes do).
+  weights = step_lib.read(step_lib.Step(model), None, max_length)
   for batch in batch_sizes:
-    loops = {name: loop(model, batch, group, steps, max_length, static, jit)
+    source = tf.random.stateless_uniform([batch, 16], [0, 1], 4,
+                                         config.model.vocab_size, tf.int32)
+    memory, mask = model.encode(source)
+    loops = {name: loop(model, weights, memory, mask, group, steps,
+                        max_length, static, jit)
              for name, static, jit in WAYS}
     logits = {name: fn().numpy() for name, fn in loops.items()}  # warm-up
     for name in loops:
