@@ -44,7 +44,7 @@ AVERAGES = ("log_probs", "probs")
 DTYPES = ("float32", "bfloat16")
 
 # The tf.distribute strategies a run may train under (bin/train.py).
-DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker", "tpu")
+DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker")
 
 # Why a shortlist and XLA do not go together (one rule, said once).
 XLA_WITH_SHORTLIST = ("--shortlist with --xla: a shortlist's size varies by "

@@ -49,7 +49,7 @@ def main(argv):
     spec = data_flags.spec_from_flags()
     # Before anything runs an op: collective ops are configured at start-up.
     strategy = strategy_lib.create_strategy(
-        FLAGS.distribution, FLAGS.num_gpus, FLAGS.cpu_devices, FLAGS.tpu)
+        FLAGS.distribution, FLAGS.num_gpus, FLAGS.cpu_devices)
     stop.install()  # again: MultiWorker's coordination agent took SIGTERM
     result = Runner(FLAGS.model_dir).train(
         config, spec, strategy, stop, **train_flags.train_arguments())

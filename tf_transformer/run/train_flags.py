@@ -49,8 +49,6 @@ def define_flags():
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
   flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
                        "(MirroredStrategy without GPUs).")
-  flags.DEFINE_string("tpu", None,
-                      "TPU name or address for --distribution=tpu.")
   flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
   flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
                     "gradient under XLA (a few fused passes over the logits).")

@@ -1,6 +1,6 @@
 """The tf.distribute strategy of a run: one device, all GPUs of a machine
 (MirroredStrategy, 8 GPUs in the paper), several machines
-(MultiWorkerMirroredStrategy from TF_CONFIG) or a TPU.
+(MultiWorkerMirroredStrategy from TF_CONFIG).
 
 Without GPUs, `cpu_devices=N` splits the CPU into N logical devices so that
 MirroredStrategy runs as it would on N GPUs. It must run before any op.
@@ -22,8 +22,8 @@ def split_cpu(cpu_devices: int):
         cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
 
 
-def create_strategy(distribution="one_device", num_gpus=None, cpu_devices=0,
-                    tpu=None) -> tf.distribute.Strategy:
+def create_strategy(distribution="one_device", num_gpus=None,
+                    cpu_devices=0) -> tf.distribute.Strategy:
   if distribution not in DISTRIBUTIONS:
     raise ValueError(f"--distribution={distribution}: expected one of "
                      f"{DISTRIBUTIONS}")
@@ -46,16 +46,11 @@ def create_strategy(distribution="one_device", num_gpus=None, cpu_devices=0,
     gpus = gpus[:num_gpus]
   if distribution == "one_device":
     return tf.distribute.OneDeviceStrategy(gpus[0] if gpus else "/cpu:0")
-  if distribution == "mirrored":
-    devices = gpus or [d.name for d in tf.config.list_logical_devices("CPU")]
-    if len(devices) == 1 and not gpus and not cpu_devices:
-      raise ValueError("--distribution=mirrored found no GPU and one CPU "
-                       "device; pass --cpu_devices=N to split the CPU")
-    return tf.distribute.MirroredStrategy(devices)
-  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
-  tf.config.experimental_connect_to_cluster(resolver)
-  tf.tpu.experimental.initialize_tpu_system(resolver)
-  return tf.distribute.TPUStrategy(resolver)
+  devices = gpus or [d.name for d in tf.config.list_logical_devices("CPU")]
+  if len(devices) == 1 and not gpus and not cpu_devices:
+    raise ValueError("--distribution=mirrored found no GPU and one CPU "
+                     "device; pass --cpu_devices=N to split the CPU")
+  return tf.distribute.MirroredStrategy(devices)
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
