@@ -336,25 +336,6 @@ def test_mixed_precision_trains(tmp_path, precision):
   assert len(losses) == 3 and all(np.isfinite(losses))
 
 
-def test_whole_step_xla_matches_the_plain_step(tmp_path):
-  batch = global_batch(rows=8)
-  plain = make_trainer(tmp_path / "plain")
-  compiled = make_trainer(tmp_path / "jit", jit_compile_step=True)
-  copy_weights(plain, compiled)
-  for a, b in zip(_step(plain, plain.strategy, batch),
-                  _step(compiled, compiled.strategy, batch)):
-    np.testing.assert_allclose(a, b, rtol=1e-4)
-  for a, b in zip(plain.model.get_weights(), compiled.model.get_weights()):
-    np.testing.assert_allclose(a, b, atol=1e-5)
-
-
-def test_whole_step_xla_refuses_mirrored_cpu_devices(tmp_path):
-  mirrored = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
-  with pytest.raises(ValueError, match="--jit_compile_step does not run "
-                     "under MirroredStrategy on logical CPU devices"):
-    make_trainer(tmp_path, mirrored, jit_compile_step=True)
-
-
 def test_a_step_due_for_both_saves_before_it_evaluates(tmp_path):
   trainer = make_trainer(tmp_path, train_steps=4, checkpoint_every_steps=2,
                          eval_every_steps=2)

@@ -51,8 +51,7 @@ def define_flags():
   flags.DEFINE_list("scaling_lengths", ["16", "64", "256"], "Source lengths "
                     "of the scaling section.")
   flags.DEFINE_list("train_variants", ["xla_attention", "no_xla_loss",
-                                       "no_xla", "whole_step_xla", "bfloat16",
-                                       "bfloat16_whole_step_xla", "mirrored"],
+                                       "no_xla", "bfloat16", "mirrored"],
                     "Training variants to run.")
   flags.DEFINE_integer("cpu_devices", 2, "Logical CPU devices for the "
                        "MirroredStrategy variant.")

@@ -16,11 +16,7 @@ def _variants(o):
            "no_xla_loss": Variant("no_xla_loss", xla_loss=False),
            "no_xla_attention": Variant("no_xla_attention",
                                        xla_attention=False),
-           "whole_step_xla": Variant("whole_step_xla", jit_compile_step=True),
            "bfloat16": Variant("bfloat16", mixed_precision="bfloat16"),
-           "bfloat16_whole_step_xla": Variant(
-               "bfloat16_whole_step_xla", mixed_precision="bfloat16",
-               jit_compile_step=True),
            "mirrored": Variant(f"mirrored_{o.cpu_devices}cpu",
                                devices=o.cpu_devices)}
   unknown = set(o.train_variants) - set(known)

@@ -18,7 +18,6 @@ class Variant:
   name: str
   xla_attention: bool = True
   xla_loss: bool = True
-  jit_compile_step: bool = False
   mixed_precision: str = None
   devices: int = 1  # > 1: MirroredStrategy over that many CPU devices
 
@@ -38,7 +37,6 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
     seconds, rows = step_timing.seconds_per_step(
         config, batch_tokens, length, runs, warmup,
         _strategy(variant.devices),
-        jit_compile_step=variant.jit_compile_step,
         xla_attention=variant.xla_attention, xla_loss=variant.xla_loss,
         mixed_precision=variant.mixed_precision)
   except RuntimeError as error:  # which of the variants

@@ -144,9 +144,8 @@ class Runner:
         logging.info("mixed precision: %s", why)
       train_options = dataclasses.replace(train_options,
                                           mixed_precision=mixed_precision)
-      logging.info("%s on %d replica(s), whole-step XLA %s: %s",
-                   type(strategy).__name__, strategy.num_replicas_in_sync,
-                   "on" if train_options.jit_compile_step else "off", config)
+      logging.info("%s on %d replica(s): %s", type(strategy).__name__,
+                   strategy.num_replicas_in_sync, config)
       policy = keras.mixed_precision.global_policy()
       try:
         trainer = trainer_lib.Trainer(config, vocabulary, spec,

@@ -10,7 +10,7 @@ from tf_transformer.data import data_flags
 TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "checkpoint_every_steps", "checkpoint_every_secs",
                  "keep_checkpoints", "eval_every_steps", "eval_max_sentences",
-                 "log_every_steps", "seed", "jit_compile_step",
+                 "log_every_steps", "seed",
                  "xla_attention", "xla_loss",
                  "log_gradient_norm", "train_minutes", "divergence_factor",
                  "divergence_window", "eval_decoding", "best_metric",
@@ -52,8 +52,6 @@ def define_flags():
   flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
   flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
                     "gradient under XLA (a few fused passes over the logits).")
-  flags.DEFINE_bool("jit_compile_step", False, "Compile each replica's whole "
-                    "training step with XLA (one device, or GPUs).")
   flags.DEFINE_enum("mixed_precision", "",
                     ["", "auto", "float32", "bfloat16", "float16"],
                     "Mixed precision; float16 uses dynamic loss scaling; "

@@ -34,19 +34,13 @@ class DistributedSteps:
     strategy: the tf.distribute strategy.
     label_smoothing: epsilon_ls (section 5.4).
     options: the run's `TrainOptions` (gradient_accumulation_steps,
-      jit_compile_step, xla_loss, log_gradient_norm).
+      xla_loss, log_gradient_norm).
   """
 
   def __init__(self, model, optimizer, strategy, label_smoothing, options):
     self.model, self.optimizer, self.strategy = model, optimizer, strategy
     self.label_smoothing, self.options = label_smoothing, options
     self.accumulation = options.gradient_accumulation_steps
-    if (options.jit_compile_step and strategy.num_replicas_in_sync > 1
-        and not tf.config.list_logical_devices("GPU")):
-      raise ValueError("--jit_compile_step does not run under MirroredStrategy "
-                       "on logical CPU devices (XLA cannot reach other "
-                       "devices' variables); use --distribution=one_device or "
-                       "--xla_attention alone")
     if self.accumulation > 1:
       on_read = dict(trainable=False,
                      synchronization=tf.VariableSynchronization.ON_READ,
@@ -134,17 +128,6 @@ class DistributedSteps:
     loss_sum, nll_sum, tokens, _ = self._forward(batch, False)
     return loss_sum, nll_sum, tokens
 
-  def _replica(self, replica_step):
-    """`replica_step` as each replica runs it: compiled by XLA with
-    --jit_compile_step."""
-    if not self.options.jit_compile_step:
-      return replica_step
-    name = replica_step.__name__
-    if name not in self._functions:
-      self._functions[name] = tf.function(replica_step, jit_compile=True,
-                                          autograph=False)
-    return self._functions[name]
-
   def _sum(self, values):
     return [self.strategy.reduce(SUM, v, axis=None) for v in values]
 
@@ -153,7 +136,7 @@ class DistributedSteps:
   def train_step(self, batch):
     """One update on a global batch: (loss, nll, target tokens, source
     tokens) summed over the replicas, the gradient norm averaged."""
-    outputs = self.strategy.run(self._replica(self._train_replica_step),
+    outputs = self.strategy.run(self._train_replica_step,
                                 args=(batch,))
     return self._sum(outputs[:4]) + [self.strategy.reduce(
         MEAN, outputs[4], axis=None)]
@@ -162,7 +145,7 @@ class DistributedSteps:
     """A micro-batch's gradients added up (--gradient_accumulation_steps);
     returns what `train_step` does, without the norm."""
     return self._sum(self.strategy.run(
-        self._replica(self._accumulate_replica_step), args=(batch,)))
+        self._accumulate_replica_step, args=(batch,)))
 
   def apply_step(self):
     """The accumulated gradients applied; returns the gradient norm."""

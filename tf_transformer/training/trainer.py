@@ -88,7 +88,6 @@ class TrainOptions:
   early_stopping_min_delta: float = 0.0
   log_every_steps: int = 100
   seed: int = 0
-  jit_compile_step: bool = False
   xla_attention: bool = True  # the attention core under XLA (layers.attention)
   xla_loss: bool = True  # the loss and its gradient under XLA (training.loss)
   mixed_precision: Optional[str] = None
