@@ -42,7 +42,7 @@ def test_every_tf_function_turns_autograph_off():
            for path in SOURCES}
   # The check sees them: the export's functions, the training steps.
   assert len(found["tf_transformer/serving/translation_module.py"]) >= 8
-  assert len(found["tf_transformer/training/steps.py"]) >= 2
+  assert len(found["tf_transformer/training/steps.py"]) >= 1
   with_autograph = [
       f"{path}:{line}" for path, calls in sorted(found.items())
       for line, autograph in calls
