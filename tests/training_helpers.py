@@ -21,8 +21,9 @@ SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
 # anew for every batch shape of a short run (about 0.9 CPU-s a shape). Depth
 # is the model's tests'; XLA's attention and loss equal the plain ones in
 # test_model and test_loss; the end-to-end runs (the main job, bin/train.py's
-# TensorBoard test, the shared trained fixture) keep the defaults (`tiny`'s
-# two layers, XLA on), as `PRODUCT_DEFAULTS` asks of `make_trainer`.
+# TensorBoard test) keep the defaults (`tiny`'s two layers, XLA on), as
+# `PRODUCT_DEFAULTS` asks of `make_trainer`. The shared trained fixture keeps
+# the two layers and turns XLA off.
 # bin/train.py takes the same as `MECHANICS_FLAGS`; a test that gives
 # --hparams of its own gives ONE_LAYER in it.
 ONE_LAYER = "num_layers=1"
