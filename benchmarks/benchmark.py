@@ -17,10 +17,9 @@ and writes the figures, the machine, the versions and the flags as JSON.
 
 Sections (--sections):
 - train: seconds per step and source+target tokens/s at --batch_tokens and
-  --source_length, for the default (attention and loss under XLA), the loss
-  without XLA, no XLA at all (also no_xla_attention), the whole step under XLA,
-  bfloat16 mixed precision (also with the whole step under XLA), one device
-  and MirroredStrategy over --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
+  --source_length, for the default (the loss under XLA), the loss without
+  XLA, bfloat16 mixed precision, one device and MirroredStrategy over
+  --cpu_devices; model FLOPs utilisation against a 4096^3 fp32 matmul timed
   here (model FLOPs: bin/model_summary.py's count, times 3).
 - scaling: training tokens/s at source lengths 16, 64, 256.
 - serving: the run --model_dir exported as bin/export.py does (default and

@@ -107,8 +107,7 @@ def trained_numbers_run(tmp_path_factory):
   (about 20 s, once per session): its searches end on EOS early and
   unevenly, as a real model's do. Trained with XLA off: its readers test
   what the weights do, not how they were trained, and XLA would compile
-  the attention and the loss anew for each of the run's batch shapes
-  (39 against 26 CPU-s for the 400 steps on AMD Zen 3)."""
+  the loss anew for each of the run's batch shapes."""
 
   def train(model_dir):
     # pylint: disable=g-import-not-at-top

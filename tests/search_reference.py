@@ -208,18 +208,6 @@ def next_log_probs(model, sources, prefixes):
                                      keepdims=True)))
 
 
-def _without_xla(model):
-  """A copy of `model` with the same weights whose attention runs without
-  XLA (compiled per shape, XLA made the reference's many small calls slow);
-  the same values to float32 rounding."""
-  # pylint: disable=g-import-not-at-top
-  from tf_transformer import build_model
-  copy = build_model(model.config, model.dtype_policy.name,
-                     xla_attention=False)
-  copy.set_weights(model.get_weights())
-  return copy
-
-
 def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
            max_length_offset=50, known=None, prefixes=None):
   """[Result] of each source (ids ending in EOS), by `rules` ("ours" or
@@ -231,7 +219,6 @@ def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
   if rules not in RULES:
     raise ValueError(f"rules={rules!r}: one of {RULES}")
   known = {} if known is None else known
-  copy = None
   prefixes = prefixes or [()] * len(sources)
   searches = [_Search(rules, beam_size, alpha, len(s) + max_length_offset, p)
               for s, p in zip(sources, prefixes)]
@@ -242,9 +229,8 @@ def search(model, sources, rules="ours", beam_size=4, alpha=0.6,
     rows = [(i, tokens) for i, s in active for tokens, _ in s.alive]
     missing = list(dict.fromkeys(r for r in rows if r not in known))
     if missing:
-      copy = copy or _without_xla(model)
       for row, values in zip(missing, next_log_probs(
-          copy, [sources[i] for i, _ in missing],
+          model, [sources[i] for i, _ in missing],
           [tokens for _, tokens in missing])):
         known[row] = values
     for i, s in active:
@@ -279,8 +265,8 @@ def rounding_between(model, other, source, hypotheses):
                                 for t in range(len(h) + 1)))
   sources = [source] * len(prefixes)
   return float(np.max(np.abs(
-      next_log_probs(_without_xla(model), sources, prefixes)
-      - next_log_probs(_without_xla(other), sources, prefixes))))
+      next_log_probs(model, sources, prefixes)
+      - next_log_probs(other, sources, prefixes))))
 
 
 def lines_apart(model, sources, first, second, beam_size=4, alpha=0.6,

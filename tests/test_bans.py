@@ -79,8 +79,7 @@ def looping_model():
   """A random tiny model: some outputs end at once, others repeat tokens
   and bigrams up to their limit."""
   keras.utils.set_random_seed(1)
-  model = build_model(get_config("tiny").replace(vocab_size=40),
-                      xla_attention=False)  # as decoding runs it
+  model = build_model(get_config("tiny").replace(vocab_size=40))
   rng = np.random.default_rng(0)
   source = np.concatenate([rng.integers(4, 40, size=(6, 7)),
                            np.full((6, 1), EOS_ID)], 1).astype(np.int32)

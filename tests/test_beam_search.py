@@ -37,8 +37,7 @@ def model():
   # Module fixtures run before the per-test seeding: seed here, or every run
   # draws another model.
   keras.utils.set_random_seed(1234)
-  return build_model(get_config("tiny", "vocab_size=40,dropout_rate=0.0"),
-                     xla_attention=False)  # as decoding runs it
+  return build_model(get_config("tiny", "vocab_size=40,dropout_rate=0.0"))
 
 
 def _strip(row):
@@ -86,8 +85,7 @@ def test_wide_beam_finds_the_exhaustive_optimum():
   # Six tokens, outputs of at most 3 (a 2-token source + the smallest
   # offset, 1): 6^3 sequences to enumerate; with 64 beams (more than the 36
   # live prefixes of length 2) the search is exact.
-  model = build_model(get_config("tiny", "vocab_size=6,dropout_rate=0.0"),
-                      xla_attention=False)
+  model = build_model(get_config("tiny", "vocab_size=6,dropout_rate=0.0"))
   for seed in range(3):
     source = tf.constant([4 + seed % 2, EOS_ID])
     expected, expected_score = _exhaustive_best(model, source, 3, 0.6, 6)

@@ -28,7 +28,7 @@ def test_benchmark_writes_every_figure(tmp_path):
   result = run_script(
       "benchmarks/benchmark.py", "--config=tiny", "--vocab_size=1000",
       "--sections=train,scaling,decode",
-      "--train_variants=no_xla,mirrored", "--cpu_devices=2",
+      "--train_variants=no_xla_loss,mirrored", "--cpu_devices=2",
       "--batch_tokens=256", "--scaling_lengths=8", "--decode_sentences=8",
       "--decode_batch_size=4", "--token_steps=6,8", "--beam_sizes=1,2",
       "--runs=1", "--warmup=1", "--matmul_size=128", "--bandwidth_megabytes=4",
@@ -42,7 +42,7 @@ def test_benchmark_writes_every_figure(tmp_path):
   assert report["parameters"] > 0 and report["flops_per_token"] > 0
   assert "--config=tiny" in report["flags"]
   variants = [row["variant"] for row in report["train"]]
-  assert variants == ["no_xla", "mirrored_2cpu"]
+  assert variants == ["no_xla_loss", "mirrored_2cpu"]
   for row in report["train"] + report["scaling"]:
     assert "error" not in row, row
     assert row["seconds_per_step"] > 0 and row["tokens_per_sec"] > 0

@@ -26,8 +26,7 @@ SAMPLE = DecodingOptions(method="sample", num_samples=5, temperature=2.0,
 @pytest.fixture(scope="module")
 def model():
   keras.utils.set_random_seed(99)
-  return build_model(get_config("tiny", "vocab_size=40,dropout_rate=0.0"),
-                     xla_attention=False)  # as decoding runs it
+  return build_model(get_config("tiny", "vocab_size=40,dropout_rate=0.0"))
 
 
 def _teacher_forced_scores(model, source, outputs, alpha):

@@ -29,7 +29,7 @@ def _model(overrides, dtype):
   keras.utils.set_random_seed(5)
   config = get_config("tiny", ",".join(
       o for o in ("vocab_size=40,dropout_rate=0.0", overrides) if o))
-  model = build_model(config, dtype, xla_attention=False)  # as decoding runs it
+  model = build_model(config, dtype)
   rng = np.random.default_rng(6)  # trained-like normalizations and biases
   for variable in model.weights:
     if variable.path.endswith(("/gamma", "/beta", "/bias")):

@@ -31,8 +31,7 @@ TEXTS = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
 def _model(seed, overrides=""):
   keras.utils.set_random_seed(seed)
   return build_model(get_config("tiny", ",".join(
-      o for o in ("vocab_size=40,dropout_rate=0.0", overrides) if o)),
-                     xla_attention=False)
+      o for o in ("vocab_size=40,dropout_rate=0.0", overrides) if o)))
 
 
 def _decode(model, method):

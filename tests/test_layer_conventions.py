@@ -277,7 +277,7 @@ def test_own_dtype_policy(name, policy):
 def test_a_keras_file_saved_by_release_0_1_loads_and_computes_the_same():
   """tests/data/layers_v0_1.keras was saved by release 0.1.0, whose
   `MultiHeadAttention` and `PositionwiseFeedForward` configs held the
-  experiment switches `fused_attention` and `pad_inner`: it loads, and gives
+  switches `fused_attention`, `xla_attention` and `pad_inner`: it loads, and gives
   the outputs it gave then (layers_v0_1.npz) to float32 rounding."""
   data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
   model = keras.saving.load_model(os.path.join(data, "layers_v0_1.keras"))
@@ -285,5 +285,5 @@ def test_a_keras_file_saved_by_release_0_1_loads_and_computes_the_same():
   np.testing.assert_allclose(keras.ops.convert_to_numpy(
       model(saved["inputs"])), saved["outputs"], atol=1e-5)
   for layer in model.layers:
-    assert not {"fused", "fused_attention", "pad_inner"} & set(
+    assert not {"fused", "fused_attention", "pad_inner", "xla_attention"} & set(
         layer.get_config()), layer.name

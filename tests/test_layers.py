@@ -123,15 +123,6 @@ def test_post_norm_is_the_default_and_pre_norm_differs():
   np.testing.assert_allclose(pre(x, y), x + y, atol=1e-6)
 
 
-def test_xla_switch_gives_the_same_attention():
-  mha = layers.MultiHeadAttention(num_heads=4, d_k=4, xla_attention=True)
-  query = _inputs([B, T, D])
-  compiled = mha(query)
-  mha.xla_attention = False
-  assert mha.get_config()["xla_attention"] is False
-  np.testing.assert_allclose(mha(query), compiled, atol=1e-5)
-
-
 def test_a_sequence_past_the_learned_positions_gets_its_own_error():
   """A sequence longer than the learned table fails with the layer's
   message, never with the gather's own out-of-range error: a ValueError

@@ -1,5 +1,5 @@
-"""The Transformer model: masks, fit, serialization, XLA switch (its
-decoding step: tests/test_step.py)."""
+"""The Transformer model: masks, fit, serialization (its decoding step:
+tests/test_step.py)."""
 
 import keras
 import numpy as np
@@ -8,11 +8,9 @@ import tensorflow as tf
 
 from tf_transformer import Transformer, build_model, get_config
 from tf_transformer.config import TransformerConfig
-from tf_transformer.serving.translation_module import TranslationModule
-from tf_transformer.model import with_xla_attention
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training.loss import LabelSmoothedCrossEntropy
-from training_helpers import copy_task, vocabulary
+from training_helpers import copy_task
 
 SOURCE = tf.constant([[5, 6, 7, 8, 9, EOS_ID, PAD_ID],
                       [10, 11, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]])
@@ -60,36 +58,20 @@ def test_future_and_padded_target_tokens_change_nothing_before_them():
   assert not np.allclose(after[:, 3:], before[:, 3:], atol=1e-4)
 
 
-def test_xla_attention_switch_keeps_the_outputs():
+def test_the_removed_xla_attention_switch_of_earlier_runs_loads():
+  """Configs and .keras files of release 0.1 hold `xla_attention` (in the
+  model's part, or beside it): both load, without it; --hparams names it
+  as removed."""
   model = _model()
-  compiled = model((SOURCE, TARGET_IN))
-  plain = with_xla_attention(model, False)
-  assert plain.xla_attention is False and model.xla_attention is True
-  assert not plain.encoder.encoder_layers[0].self_attention.xla_attention
-  assert model.encoder.encoder_layers[0].self_attention.xla_attention
-  assert with_xla_attention(model, True) is model
-  np.testing.assert_allclose(plain((SOURCE, TARGET_IN)), compiled, atol=1e-5)
-
-
-def test_xla_attention_is_the_runs_choice_not_the_configs():
-  """Not a config field: configs and .keras files of earlier versions that
-  hold it still load (the latter keeping its choice), --hparams names where
-  it went, and a module for serving leaves the model it was given as it
-  was."""
-  config = _model().config
-  assert "xla_attention" not in config.flat()
+  config = model.config
   old = config.to_dict()
   old["model"]["xla_attention"] = False
   assert TransformerConfig.from_dict(old) == config
-  restored = Transformer.from_config({"config": old})
-  assert restored.xla_attention is False
-  with pytest.raises(ValueError, match="not a config field but a run option"):
+  restored = Transformer.from_config({"config": old, "xla_attention": True})
+  assert restored.config == config
+  assert "xla_attention" not in restored.get_config()
+  with pytest.raises(ValueError, match="'xla_attention': removed in release"):
     get_config("tiny", "xla_attention=false")
-  model = _model()
-  module = TranslationModule(model, vocabulary())
-  assert model.xla_attention and module.model is not model
-  assert model.encoder.encoder_layers[0].self_attention.xla_attention
-  assert not module.model.xla_attention
 
 
 def test_trains_under_model_fit():

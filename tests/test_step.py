@@ -30,7 +30,7 @@ def _model(overrides="", dtype=None, seed=3):
   keras.utils.set_random_seed(seed)
   config = get_config("tiny", ",".join(
       o for o in ("vocab_size=40,dropout_rate=0.0", overrides) if o))
-  model = build_model(config, dtype, xla_attention=False)  # as decoding runs it
+  model = build_model(config, dtype)
   # Trained-like normalizations: the step folds their betas and gains into
   # the matmuls after them, which ones and zeros would not test.
   rng = np.random.default_rng(4)

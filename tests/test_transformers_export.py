@@ -42,7 +42,7 @@ def _model(overrides=""):
   config = get_config("tiny", ",".join(filter(None, [
       "num_layers=2,d_model=32,d_ff=64,num_heads=4", overrides])),
       vocab_size=vocabulary().vocab_size)
-  model = build_model(config, xla_attention=False)
+  model = build_model(config)
   model((tf.constant([[5, 3]]), tf.constant([[2, 5]])))
   rng = np.random.default_rng(0)
   model.set_weights([w + rng.normal(0, 0.3, w.shape).astype(w.dtype)

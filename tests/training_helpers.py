@@ -16,11 +16,10 @@ from tf_transformer.training import trainer as trainer_lib
 SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
 
 # Training's mechanics (steps, distribution, checkpoints, resuming, stops,
-# fine-tuning) are tested on one layer a side with the attention core and
-# the loss uncompiled: none of them depends on depth, and XLA compiles both
-# anew for every batch shape of a short run (about 0.9 CPU-s a shape). Depth
-# is the model's tests'; XLA's attention and loss equal the plain ones in
-# test_model and test_loss; the end-to-end runs (the main job, bin/train.py's
+# fine-tuning) are tested on one layer a side with the loss uncompiled: none
+# of them depends on depth, and XLA compiles it anew for every batch shape
+# of a short run. Depth is the model's tests'; XLA's loss equals the plain
+# one in test_loss; the end-to-end runs (the main job, bin/train.py's
 # TensorBoard test) keep the defaults (`tiny`'s two layers, XLA on), as
 # `PRODUCT_DEFAULTS` asks of `make_trainer`. The shared trained fixture keeps
 # the two layers and turns XLA off.
@@ -28,7 +27,7 @@ SPEC = DataSpec(dataset="numbers", numbers_train_size=300)
 # --hparams of its own gives ONE_LAYER in it.
 ONE_LAYER = "num_layers=1"
 MECHANICS = f"dropout_rate=0.0,{ONE_LAYER}"
-UNCOMPILED = {"xla_attention": False, "xla_loss": False}
+UNCOMPILED = {"xla_loss": False}
 PRODUCT_DEFAULTS = {option: True for option in UNCOMPILED}
 UNCOMPILED_FLAGS = [f"--no{option}" for option in UNCOMPILED]
 MECHANICS_FLAGS = [f"--hparams={ONE_LAYER}", *UNCOMPILED_FLAGS]

@@ -48,9 +48,7 @@ def _check_positive(config, fields):
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """The model: its architecture (sections 3.1-3.5) and its dropout (5.4).
-  (How it runs, XLA or not, is the run's choice: `Transformer`'s
-  `xla_attention`, bin/train.py --xla_attention.)"""
+  """The model: its architecture (sections 3.1-3.5) and its dropout (5.4)."""
 
   vocab_size: int = 37000
   num_layers: int = 6
@@ -144,17 +142,12 @@ FIELD_PART = {f.name: part for part, cls in PARTS.items()
               for f in dataclasses.fields(cls)}
 
 
-# Fields earlier versions saved that are a run's choice now, not its config:
-# their run directories and .keras files load without them.
-RUN_OPTIONS = {"xla_attention": "bin/train.py --xla_attention, "
-                                "Transformer(config, xla_attention=...)"}
-
-
 # Fields that release 1.0 removed, each with the one value a saved run may
-# hold (None: any, the field meaning nothing once the others hold theirs):
-# its run directory loads without it.
+# hold (None: any, the field meaning nothing now: `subword_samples` once
+# `subword_alpha` is 0; `xla_attention`, which chose how the attention ran,
+# never what it computed): its run directory loads without it.
 REMOVED = {"learning_rate_schedule": "eq3", "subword_alpha": 0.0,
-           "subword_samples": None}
+           "subword_samples": None, "xla_attention": None}
 
 
 def _by_part(values: dict) -> dict:
@@ -164,8 +157,7 @@ def _by_part(values: dict) -> dict:
       raise ValueError(f"{name}={values[name]!r}: removed in release 1.0 "
                        f"(only {kept!r} remains); train a new run, or use "
                        "release 0.1 for this one")
-  values = {k: v for k, v in values.items()
-            if k not in RUN_OPTIONS and k not in REMOVED}
+  values = {k: v for k, v in values.items() if k not in REMOVED}
   unknown = sorted(set(values) - set(FIELD_PART))
   if unknown:
     raise ValueError(f"unknown config field(s) {unknown}; known fields: "
@@ -219,7 +211,7 @@ class TransformerConfig:
       flat = {}
       for part, fields in values.items():
         flat.update(fields)
-        unknown = sorted(set(fields) - set(RUN_OPTIONS) - set(REMOVED) - {
+        unknown = sorted(set(fields) - set(REMOVED) - {
             f.name for f in dataclasses.fields(PARTS[part])})
         if unknown:
           raise ValueError(f"unknown {part} config field(s) {unknown}")
@@ -319,9 +311,6 @@ def parse_overrides(overrides: str) -> dict:
     name = name.strip()
     if not sep:
       raise ValueError(f"hparam {item!r}: expected name=value")
-    if name in RUN_OPTIONS:
-      raise ValueError(f"hparam {name!r} is not a config field but a run "
-                       f"option: {RUN_OPTIONS[name]}")
     if name in REMOVED:
       raise ValueError(f"hparam {name!r}: removed in release 1.0")
     if name not in fields:

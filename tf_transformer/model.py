@@ -16,13 +16,14 @@ import keras
 from tf_transformer.config import TransformerConfig
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
+from tf_transformer.layers import retired
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.embedding import positional_encoding
 from tf_transformer.layers.encoder import Encoder
 
 
-def _stack_arguments(config, xla_attention):
+def _stack_arguments(config):
   """Encoder and Decoder arguments from a `ModelConfig`."""
   return dict(num_layers=config.num_layers, num_heads=config.num_heads,
               d_ff=config.d_ff, d_k=config.d_k, d_v=config.d_v,
@@ -30,7 +31,7 @@ def _stack_arguments(config, xla_attention):
               attention_dropout_rate=config.attention_dropout_rate,
               norm_position=config.norm_position,
               layer_norm_epsilon=config.layer_norm_epsilon,
-              xla_attention=xla_attention, activation=config.activation)
+              activation=config.activation)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -46,22 +47,15 @@ class Transformer(keras.Model):
     config: a `TransformerConfig` (or its dict, as a .keras file keeps it);
       with `share_embeddings=False` the source embedding, target embedding
       and output projection are three matrices.
-    xla_attention: whether the attention core runs compiled by XLA
-      (training's default; off for exports to TF Serving on CPU and for
-      decoding); the same function either way.
     **kwargs: Keras' (`dtype`: a dtype policy, the global one by default,
       reaching every layer).
   """
 
-  def __init__(self, config, xla_attention=True, **kwargs):
+  def __init__(self, config, **kwargs):
     super().__init__(**kwargs)
     if isinstance(config, dict):
-      # A .keras file of an earlier version keeps the switch in its config.
-      xla_attention = config.get("model", config).get("xla_attention",
-                                                      xla_attention)
       config = TransformerConfig.from_dict(config)
     self.config = config
-    self.xla_attention = bool(xla_attention)
     c = config.model
     policy = self.dtype_policy
     embedding = lambda name: SharedEmbedding(c.vocab_size, c.d_model,
@@ -78,10 +72,10 @@ class Transformer(keras.Model):
         c.positional_encoding, c.max_length, "target_positions", policy)
     self.source_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
     self.target_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
-    self.encoder = Encoder(**_stack_arguments(c, xla_attention),
-                           name="encoder", dtype=policy)
-    self.decoder = Decoder(**_stack_arguments(c, xla_attention),
-                           name="decoder", dtype=policy)
+    self.encoder = Encoder(**_stack_arguments(c), name="encoder",
+                           dtype=policy)
+    self.decoder = Decoder(**_stack_arguments(c), name="decoder",
+                           dtype=policy)
 
   def build(self, input_shape=None):
     d_model = self.config.model.d_model
@@ -223,26 +217,24 @@ class Transformer(keras.Model):
                     "encoder_decoder": [w["cross"] for w in decoder_weights]}
 
   def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict(),
-            "xla_attention": self.xla_attention}
+    return {**super().get_config(), "config": self.config.to_dict()}
 
   @classmethod
   def from_config(cls, config):
-    return cls(**config)
+    # A .keras file of release 0.1 keeps `xla_attention` (layers/retired.py).
+    return cls(**retired.without_retired(config))
 
 
-def build_model(config: TransformerConfig, dtype=None,
-                xla_attention=True) -> Transformer:
+def build_model(config: TransformerConfig, dtype=None) -> Transformer:
   """A Transformer with all its weights created.
 
   Args:
     config: a `TransformerConfig`.
     dtype: a Keras dtype policy; None: the global one.
-    xla_attention: as `Transformer`'s.
   Returns:
     The built `Transformer`.
   """
-  model = Transformer(config, xla_attention, dtype=dtype)
+  model = Transformer(config, dtype=dtype)
   model.build()
   return model
 
@@ -259,23 +251,7 @@ def with_dtype_policy(model: Transformer, dtype) -> Transformer:
   Returns:
     The copy.
   """
-  copy = build_model(model.config, dtype, model.xla_attention)
+  copy = build_model(model.config, dtype)
   copy.set_weights(model.get_weights())
   return copy
 
-
-def with_xla_attention(model: Transformer, enabled) -> Transformer:
-  """A model whose attention core runs under XLA as `enabled` asks; the
-  model given is never changed.
-
-  Args:
-    model: a `Transformer`.
-    enabled: whether the core runs under XLA.
-  Returns:
-    `model` itself where it already does, else a copy with the same weights.
-  """
-  if model.xla_attention == bool(enabled):
-    return model
-  copy = build_model(model.config, model.dtype_policy.name, enabled)
-  copy.set_weights(model.get_weights())
-  return copy

@@ -50,8 +50,8 @@ def define_flags():
                        "batches (both sides).")
   flags.DEFINE_list("scaling_lengths", ["16", "64", "256"], "Source lengths "
                     "of the scaling section.")
-  flags.DEFINE_list("train_variants", ["xla_attention", "no_xla_loss",
-                                       "no_xla", "bfloat16", "mirrored"],
+  flags.DEFINE_list("train_variants", ["default", "no_xla_loss",
+                                       "bfloat16", "mirrored"],
                     "Training variants to run.")
   flags.DEFINE_integer("cpu_devices", 2, "Logical CPU devices for the "
                        "MirroredStrategy variant.")

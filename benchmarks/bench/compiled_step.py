@@ -67,7 +67,7 @@ def measure(config, batch_sizes, group, steps, max_length, runs=7,
     {"batch_N": {way: {"cpu_ms_per_step", "vs_graph"}}, "max_abs_diff":
     {way: largest logit difference from the graph way}}.
   """
-  model = build_model(config, xla_attention=False)
+  model = build_model(config)
   model((tf.ones([1, 4], tf.int32), tf.ones([1, 4], tf.int32)))
   figures = {"max_abs_diff": {}}
   # The step's weights do not depend on the way (only its shapes do).

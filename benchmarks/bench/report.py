@@ -11,11 +11,8 @@ import time
 
 def _variants(o):
   from bench.training_speed import Variant  # pylint: disable=g-import-not-at-top
-  known = {"xla_attention": Variant("xla_attention"),
-           "no_xla": Variant("no_xla", xla_attention=False, xla_loss=False),
+  known = {"default": Variant("default"),
            "no_xla_loss": Variant("no_xla_loss", xla_loss=False),
-           "no_xla_attention": Variant("no_xla_attention",
-                                       xla_attention=False),
            "bfloat16": Variant("bfloat16", mixed_precision="bfloat16"),
            "mirrored": Variant(f"mirrored_{o.cpu_devices}cpu",
                                devices=o.cpu_devices)}
@@ -59,7 +56,7 @@ def train_section(o, config, report, peak):
 
 def scaling_section(o, config, report, peak):
   from bench import training_speed  # pylint: disable=g-import-not-at-top
-  variant = training_speed.Variant("xla_attention")
+  variant = training_speed.Variant("default")
   columns = ["length", "rows", "seconds_per_step", "tokens_per_sec", "mfu"]
   _print_header("training cost against sentence length", columns)
   rows = []

@@ -16,7 +16,6 @@ from tf_transformer.training import step_timing
 class Variant:
   """One way to run the step."""
   name: str
-  xla_attention: bool = True
   xla_loss: bool = True
   mixed_precision: str = None
   devices: int = 1  # > 1: MirroredStrategy over that many CPU devices
@@ -37,7 +36,7 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
     seconds, rows = step_timing.seconds_per_step(
         config, batch_tokens, length, runs, warmup,
         _strategy(variant.devices),
-        xla_attention=variant.xla_attention, xla_loss=variant.xla_loss,
+        xla_loss=variant.xla_loss,
         mixed_precision=variant.mixed_precision)
   except RuntimeError as error:  # which of the variants
     raise RuntimeError(f"{variant.name}: {error}") from error

@@ -28,7 +28,6 @@ import tensorflow as tf
 
 from tf_transformer.choices import AVERAGES
 from tf_transformer.decoding.step import Step
-from tf_transformer.model import with_xla_attention
 
 
 class Ensemble(tf.Module):
@@ -170,24 +169,6 @@ class EnsembleStep:
 
   def sentence_axes(self, cache):
     return tuple(s.sentence_axes(c) for s, c in zip(self.steps, cache))
-
-
-def without_xla_attention(model):
-  """A model whose attention runs without XLA, as exports and searches
-  run it.
-
-  Args:
-    model: a `Transformer` or an `Ensemble`.
-  Returns:
-    `model` itself where it already does, else a copy (members copied as
-    `with_xla_attention` of tf_transformer/model.py copies).
-  """
-  if isinstance(model, Ensemble):
-    members = [without_xla_attention(m) for m in model.members]
-    if all(a is b for a, b in zip(members, model.members)):
-      return model
-    return Ensemble(members, model.average)
-  return with_xla_attention(model, False)
 
 
 def step_of(model, static=False):

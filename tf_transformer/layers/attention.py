@@ -1,21 +1,14 @@
 """Scaled dot-product attention (eq. 1) and multi-head attention (section 3.2.2).
 
-Written with `keras.ops`, so the layers run on every Keras backend. Under
-TensorFlow the attention core is compiled on its own by XLA
-(`layers/compiled.py`), which fuses scale, mask, softmax and both matmuls on
-any device and inside every replica of a distribution strategy;
-`xla_attention=False` runs the same ops uncompiled, which is what an export
-for stock TF Serving on CPU needs (its XLA:CPU JIT is off by default).
+Written with `keras.ops`, so the layers run on every Keras backend.
 """
 
 import math
 
 import keras
 
-from tf_transformer.layers import compiled
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
-from tf_transformer.layers import retired
 from tf_transformer.layers.policy import PolicyLayer
 
 
@@ -56,13 +49,11 @@ class ScaledDotProductAttention(PolicyLayer):
 
   Args:
     dropout_rate: dropout on the weights; the paper has none (0.0).
-    xla_attention: whether the core runs compiled by XLA (see the module).
   """
 
-  def __init__(self, dropout_rate=0.0, xla_attention=True, **kwargs):
+  def __init__(self, dropout_rate=0.0, **kwargs):
     super().__init__(**kwargs)
     self.dropout_rate = dropout_rate
-    self.xla_attention = xla_attention
     self.dropout = keras.layers.Dropout(dropout_rate,
                                         dtype=self.dtype_policy)
 
@@ -71,9 +62,6 @@ class ScaledDotProductAttention(PolicyLayer):
     """No weights: the shapes are those of the call's arguments, as Keras 3
     names them."""
     self.dropout.build(query_shape)
-
-  def _core(self, fn):
-    return compiled.xla(fn) if self.xla_attention else fn
 
   def call(self, query, key, value, attention_mask=None, training=None):
     """Args:
@@ -84,19 +72,13 @@ class ScaledDotProductAttention(PolicyLayer):
       query_length, key_length]).
     """
     if training and self.dropout_rate > 0.0:
-      weights = self._core(attention_weights)(query, key, attention_mask)
+      weights = attention_weights(query, key, attention_mask)
       weights = self.dropout(weights, training=training)
       return keras.ops.matmul(weights, value), weights
-    return self._core(scaled_dot_product_attention)(query, key, value,
-                                                  attention_mask)
+    return scaled_dot_product_attention(query, key, value, attention_mask)
 
   def get_config(self):
-    return {**super().get_config(), "dropout_rate": self.dropout_rate,
-            "xla_attention": self.xla_attention}
-
-  @classmethod
-  def from_config(cls, config):
-    return super().from_config(retired.without_retired(config))
+    return {**super().get_config(), "dropout_rate": self.dropout_rate}
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -116,11 +98,10 @@ class MultiHeadAttention(PolicyLayer):
     d_v: the value width of a head; None: d_k.
     attention_dropout_rate: dropout on the attention weights (0.0, the
       paper's).
-    xla_attention: whether the attention core runs compiled by XLA.
   """
 
   def __init__(self, num_heads, d_k, d_v=None, attention_dropout_rate=0.0,
-               xla_attention=True, **kwargs):
+               **kwargs):
     super().__init__(**kwargs)
     self.num_heads = num_heads
     self.d_k = d_k
@@ -133,16 +114,7 @@ class MultiHeadAttention(PolicyLayer):
     self.value_dense = dense(num_heads * self.d_v, "value")
     self.output_dense = None  # W^O: needs d_model, known in build()
     self.attention = ScaledDotProductAttention(
-        attention_dropout_rate, xla_attention, name="attention",
-        dtype=self.dtype_policy)
-
-  @property
-  def xla_attention(self):
-    return self.attention.xla_attention
-
-  @xla_attention.setter
-  def xla_attention(self, enabled):
-    self.attention.xla_attention = enabled
+        attention_dropout_rate, name="attention", dtype=self.dtype_policy)
 
   def build(self, query_shape, value_shape=None, attention_mask_shape=None,
             key_value_shape=None):
@@ -217,9 +189,4 @@ class MultiHeadAttention(PolicyLayer):
   def get_config(self):
     return {**super().get_config(), "num_heads": self.num_heads,
             "d_k": self.d_k, "d_v": self.d_v,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "xla_attention": self.xla_attention}
-
-  @classmethod
-  def from_config(cls, config):
-    return super().from_config(retired.without_retired(config))
+            "attention_dropout_rate": self.attention_dropout_rate}

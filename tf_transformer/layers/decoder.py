@@ -27,7 +27,7 @@ class DecoderLayer(_TransformerBlock):
 
   Args:
     num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention, activation: each
+        norm_position, layer_norm_epsilon, activation: each
         layer's, as `EncoderLayer`.
   """
 
@@ -94,7 +94,7 @@ class Decoder(_TransformerStack):
   Args:
     num_layers: N.
     num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention, activation: each
+        norm_position, layer_norm_epsilon, activation: each
         layer's, as `EncoderLayer`.
   """
 

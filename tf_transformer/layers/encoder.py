@@ -18,15 +18,13 @@ from tf_transformer.layers.residual import ResidualNorm
 
 def sublayer_arguments(num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
                        attention_dropout_rate=0.0, norm_position="post",
-                       layer_norm_epsilon=1e-6, xla_attention=True,
-                       activation="relu"):
+                       layer_norm_epsilon=1e-6, activation="relu"):
   """The arguments an encoder or decoder layer takes, checked and complete."""
   return dict(num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
               dropout_rate=dropout_rate,
               attention_dropout_rate=attention_dropout_rate,
               norm_position=norm_position,
-              layer_norm_epsilon=layer_norm_epsilon,
-              xla_attention=xla_attention, activation=activation)
+              layer_norm_epsilon=layer_norm_epsilon, activation=activation)
 
 
 class _TransformerBlock(PolicyLayer):
@@ -34,12 +32,11 @@ class _TransformerBlock(PolicyLayer):
 
   def __init__(self, num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
                attention_dropout_rate=0.0, norm_position="post",
-               layer_norm_epsilon=1e-6, xla_attention=True, activation="relu",
-               **kwargs):
+               layer_norm_epsilon=1e-6, activation="relu", **kwargs):
     super().__init__(**kwargs)
     self.arguments = sublayer_arguments(
         num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention, activation)
+        norm_position, layer_norm_epsilon, activation)
     self.feed_forward = PositionwiseFeedForward(d_ff, activation,
                                                 name="feed_forward",
                                                 dtype=self.dtype_policy)
@@ -48,8 +45,8 @@ class _TransformerBlock(PolicyLayer):
     d_k = self.arguments["d_k"] or d_model // self.arguments["num_heads"]
     return MultiHeadAttention(
         self.arguments["num_heads"], d_k, self.arguments["d_v"] or d_k,
-        self.arguments["attention_dropout_rate"],
-        self.arguments["xla_attention"], name=name, dtype=self.dtype_policy)
+        self.arguments["attention_dropout_rate"], name=name,
+        dtype=self.dtype_policy)
 
   def _residual(self, name):
     return ResidualNorm(self.arguments["dropout_rate"],
@@ -89,7 +86,6 @@ class EncoderLayer(_TransformerBlock):
       paper's).
     norm_position: "post" (the paper's LayerNorm(x + Sublayer(x))) or "pre".
     layer_norm_epsilon: the LayerNorm's epsilon.
-    xla_attention: whether the attention core runs compiled by XLA.
     activation: the feed-forward's ("relu", eq. 2's; "swish", "gelu",
       "gelu_tanh").
   """
@@ -140,12 +136,12 @@ class _TransformerStack(PolicyLayer):
   def __init__(self, num_layers, num_heads, d_ff, d_k=None, d_v=None,
                dropout_rate=0.1, attention_dropout_rate=0.0,
                norm_position="post", layer_norm_epsilon=1e-6,
-               xla_attention=True, activation="relu", **kwargs):
+               activation="relu", **kwargs):
     super().__init__(**kwargs)
     self.num_layers = num_layers
     self.arguments = sublayer_arguments(
         num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention, activation)
+        norm_position, layer_norm_epsilon, activation)
     # One attribute per layer: tf.train.Checkpoint does not see layers
     # kept in a list attribute of a Keras 3 layer.
     for i in range(num_layers):
@@ -179,7 +175,7 @@ class Encoder(_TransformerStack):
   Args:
     num_layers: N.
     num_heads, d_ff, d_k, d_v, dropout_rate, attention_dropout_rate,
-        norm_position, layer_norm_epsilon, xla_attention, activation: each
+        norm_position, layer_norm_epsilon, activation: each
         layer's, as `EncoderLayer`.
   """
 

@@ -4,7 +4,6 @@ import keras
 import ml_dtypes
 
 from tf_transformer.layers import named_weights
-from tf_transformer.layers import retired
 from tf_transformer.layers.policy import PolicyLayer
 
 # A matmul whose rows (of the weight, or of the activations it writes) lie a
@@ -128,7 +127,3 @@ class PositionwiseFeedForward(PolicyLayer):
   def get_config(self):
     return {**super().get_config(), "d_ff": self.d_ff,
             "activation": self.activation}
-
-  @classmethod
-  def from_config(cls, config):
-    return super().from_config(retired.without_retired(config))

@@ -9,7 +9,10 @@ attention softmax (`masks.masked_softmax`), layer normalization (Keras'
 `LayerNormalization` does) and the logits at the loss and the search
 (`Transformer.decode`).
 
-`PolicyLayer` adds what `keras.layers.Layer` leaves out: its
+`PolicyLayer` also loads a config that an earlier release wrote with keys
+the layers no longer take (`layers/retired.py`).
+
+It adds what `keras.layers.Layer` leaves out: its
 `compute_output_spec`, called directly rather than through `__call__`,
 traces `call` with the inputs as given, so a float32 spec came back from a
 bfloat16 layer. It casts floating inputs as `__call__` does first, and
@@ -18,6 +21,8 @@ loses (see `compute_output_spec`).
 """
 
 import keras
+
+from tf_transformer.layers import retired
 
 
 class PolicyLayer(keras.layers.Layer):
@@ -42,6 +47,10 @@ class PolicyLayer(keras.layers.Layer):
       return keras.KerasTensor(tensor.shape, self.compute_dtype,
                                sparse=tensor.sparse, ragged=tensor.ragged)
     return keras.tree.map_structure(in_compute_dtype, spec)
+
+  @classmethod
+  def from_config(cls, config):
+    return super().from_config(retired.without_retired(config))
 
   def _mixed(self):
     return self.autocast and (self.dtype_policy.compute_dtype !=

@@ -65,12 +65,11 @@ def load_trained_model(model_dir, checkpoint=None):
   (default: the newest in `model_dir`, e.g. an averaged directory; "best":
   the run's best by dev, `training/best.py`), built to decode: in float32
   whatever Keras' global policy (a run trained in mixed precision still
-  keeps float32 weights; an export casts them by its own --dtype), its
-  attention core without XLA (the trainer builds its own)."""
+  keeps float32 weights; an export casts them by its own --dtype)."""
   from tf_transformer.model import build_model  # pylint: disable=g-import-not-at-top
   from tf_transformer.training import best  # pylint: disable=g-import-not-at-top
   config, vocabulary = load(model_dir)
-  model = build_model(config, dtype="float32", xla_attention=False)
+  model = build_model(config, dtype="float32")
   if checkpoint == "best":
     checkpoint = best.best_checkpoint(model_dir)
   path = checkpoint or tf.train.latest_checkpoint(model_dir)

@@ -11,7 +11,7 @@ TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "checkpoint_every_steps", "checkpoint_every_secs",
                  "keep_checkpoints", "eval_every_steps", "eval_max_sentences",
                  "log_every_steps", "seed",
-                 "xla_attention", "xla_loss",
+                 "xla_loss",
                  "log_gradient_norm", "train_minutes", "divergence_factor",
                  "divergence_window", "eval_decoding", "best_metric",
                  "early_stopping", "early_stopping_min_delta")
@@ -49,7 +49,6 @@ def define_flags():
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
   flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices "
                        "(MirroredStrategy without GPUs).")
-  flags.DEFINE_bool("xla_attention", True, "Run the attention core under XLA.")
   flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
                     "gradient under XLA (a few fused passes over the logits).")
   flags.DEFINE_enum("mixed_precision", "",

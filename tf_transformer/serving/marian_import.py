@@ -287,7 +287,7 @@ def from_transformers(directory, dtype=None) -> Imported:
   tensors, weights_path = read_weights(directory)
   weights = Weights(tensors, weights_path)
   config = TransformerConfig.from_flat(fields)
-  model = build_model(config, dtype, xla_attention=False)
+  model = build_model(config, dtype)
   named = model.named_weights()
   source, target, output, more_notes = _embeddings(weights, hf, order,
                                                    fields["d_model"])

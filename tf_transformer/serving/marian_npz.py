@@ -284,8 +284,7 @@ def from_marian(directory, dtype=None):
       notes += ("the decoder's embeddings and output projection are one "
                 "matrix in Marian (tied-embeddings), two equal ones here: "
                 "fine-tuning updates them apart",)
-  model = build_model(TransformerConfig.from_flat(fields), dtype,
-                      xla_attention=False)
+  model = build_model(TransformerConfig.from_flat(fields), dtype)
   named = model.named_weights()
   assign(named.source_embedding, source[order])
   if not shared:

@@ -393,8 +393,7 @@ def from_opennmt(path, vocabularies, kind, source_eos=None,
   (source, target, output), more_notes = _embeddings(
       checkpoint, vocab_size, fields["d_model"])
   order = vocabulary_order(vocab_size, 0, len(tokens), 2)
-  model = build_model(TransformerConfig.from_flat(fields), dtype,
-                      xla_attention=False)
+  model = build_model(TransformerConfig.from_flat(fields), dtype)
   named = model.named_weights()
   assign(named.source_embedding, source[order])
   if not fields["share_embeddings"]:

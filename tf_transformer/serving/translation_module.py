@@ -71,7 +71,6 @@ from tf_transformer.data import sequences
 from tf_transformer.decoding import prefix as prefix_lib
 from tf_transformer.decoding import scoring
 from tf_transformer.decoding.ensemble import step_of
-from tf_transformer.decoding.ensemble import without_xla_attention
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
@@ -87,9 +86,7 @@ class TranslationModule(tf.Module):
   serves in-process (bin/translate.py --model_dir uses it unsaved).
 
   Args:
-    model: a `Transformer` or an `Ensemble`, left as it is: one whose
-      attention core runs under XLA is decoded from a copy without (stock TF
-      Serving on CPU runs no XLA).
+    model: a `Transformer` or an `Ensemble`.
     vocabulary: the run's SentencePiece `Vocabulary`, put in the graph.
     options: `DecodingOptions`; its `xla` and `parts` are replaced by the
       two arguments below.
@@ -107,7 +104,6 @@ class TranslationModule(tf.Module):
                shortlist=None):
     super().__init__()
     refuse_xla_with_shortlist(xla, shortlist is not None)
-    model = without_xla_attention(model)
     self.model = model
     self.tokenizer = vocabulary.make_tokenizer()
     # Prefixes and scored targets are target text: an imported Marian

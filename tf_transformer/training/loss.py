@@ -15,7 +15,7 @@ vocabulary the logits are the largest tensor of a training step ([tokens,
 37000]), and autodiff through log_softmax, a gather and a mean made about
 ten passes over them. Under TensorFlow, compiled with XLA (`jit_compile=True`,
 the default; it takes only tensors, so it runs inside every replica of a
-distribution strategy, like the attention core) the loss and its gradient
+distribution strategy) the loss and its gradient
 are a few fused passes over the logits (docs/performance.md has the
 figures). Written with `keras.ops`, so it runs on every Keras backend (JAX
 and PyTorch compile it with the whole step).

@@ -26,7 +26,7 @@ def seconds_per_step(config, batch_tokens, length, runs=3, warmup=1,
     length: tokens a sentence, each side.
     runs, warmup: timed updates, after untimed ones (tracing included).
     strategy: a tf.distribute strategy; None: one CPU device.
-    **options: `TrainOptions` fields (mixed_precision, xla_attention, ...).
+    **options: `TrainOptions` fields (mixed_precision, xla_loss, ...).
   Returns:
     (seconds, rows): the median update's wall time and the batch's rows.
   Raises:

@@ -88,7 +88,6 @@ class TrainOptions:
   early_stopping_min_delta: float = 0.0
   log_every_steps: int = 100
   seed: int = 0
-  xla_attention: bool = True  # the attention core under XLA (layers.attention)
   xla_loss: bool = True  # the loss and its gradient under XLA (training.loss)
   mixed_precision: Optional[str] = None
   log_gradient_norm: bool = True
@@ -116,7 +115,7 @@ class Trainer:
     optimizer_lib.set_mixed_precision(options.mixed_precision)
     keras.utils.set_random_seed(options.seed)
     with strategy.scope():
-      self.model = build_model(config, xla_attention=options.xla_attention)
+      self.model = build_model(config)
       self.optimizer = optimizer_lib.create_optimizer(
           config, options.mixed_precision)
       self.optimizer.build(self.model.trainable_variables)
