@@ -21,6 +21,7 @@ between two implementations of the same rules without one is a bug.
 """
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -180,28 +181,29 @@ class _Search:
                   margin < EPSILON, margin)
 
 
-def _padded(rows, width, multiple=16):
-  """A [rows', width'] PAD array: rows' the next power of 2, width' the
-  next multiple of `multiple`, so that the model (its XLA attention) meets
-  a few shapes rather than one a step."""
-  height = 1 << (rows - 1).bit_length()
-  return np.full((height, -(-width // multiple) * multiple), PAD_ID,
-                 np.int32)
+@functools.lru_cache(maxsize=8)
+def _teacher_forced(model):
+  """`model`'s teacher-forced logits as one graph for every shape: a
+  search's steps call it with new shapes, which Keras' eager calls ran
+  about 3x as slowly."""
+  ids = tf.TensorSpec([None, None], tf.int32)
+  return tf.function(lambda source, target: model((source, target),
+                                                  training=False),
+                     input_signature=[ids, ids], autograph=False)
 
 
 def next_log_probs(model, sources, prefixes):
   """float64 [rows, vocab]: log P(next token | prefix, source), teacher
   forced through `model` (its float32 logits)."""
-  source = _padded(len(sources), max(len(s) for s in sources))
-  target = _padded(len(prefixes), max(len(p) for p in prefixes) + 1)
-  source[len(sources):, 0] = EOS_ID  # filler rows: one-token sentences
+  source = np.full((len(sources), max(len(s) for s in sources)), PAD_ID,
+                   np.int32)
+  target = np.full((len(prefixes), max(len(p) for p in prefixes) + 1), PAD_ID,
+                   np.int32)
   for row, (ids, prefix) in enumerate(zip(sources, prefixes)):
     source[row, :len(ids)] = ids
     target[row, :len(prefix) + 1] = (BOS_ID,) + tuple(prefix)
-  logits = model((tf.constant(source), tf.constant(target)), training=False)
-  positions = np.zeros(len(target), np.int32)
-  positions[:len(prefixes)] = [len(p) for p in prefixes]
-  last = tf.gather(logits, positions, batch_dims=1).numpy()[:len(prefixes)]
+  logits = _teacher_forced(model)(tf.constant(source), tf.constant(target))
+  last = tf.gather(logits, [len(p) for p in prefixes], batch_dims=1).numpy()
   last = last.astype(np.float64)
   top = last.max(-1, keepdims=True)
   return last - (top + np.log(np.sum(np.exp(last - top), -1,
