@@ -3,9 +3,9 @@
 The label-smoothed loss (section 5.4) takes only tensors, so under
 TensorFlow it runs as its own `tf.function(jit_compile=True)`: XLA fuses it
 on any device and inside every replica of a distribution strategy, while
-the rest of the step runs uncompiled. JAX and PyTorch compile whole training steps (`jax.jit`, Keras'
-`jit_compile`), so there the function runs as written. TensorFlow is imported
-only under its own backend.
+the rest of the step runs uncompiled. JAX and PyTorch compile whole
+training steps (`jax.jit`, Keras' `jit_compile`), so there the function runs
+as written. TensorFlow is imported only under its own backend.
 """
 
 import functools
