@@ -26,7 +26,7 @@ import threading
 # The zygote: imports, then serves one request a line on stdin (JSON:
 # argv, cwd, stdin) with one line on stdout (JSON: the child's status).
 _SERVE = r"""
-import json, os, runpy, sys
+import gc, json, os, runpy, sys
 import tf_transformer  # first, as a command imports it: it sets TF's options
 import tensorflow, tensorflow_text, keras  # noqa: F401
 import tf_transformer.run.runner  # noqa: F401  (the package, not its flags)
@@ -34,6 +34,10 @@ import tf_transformer.run.runner  # noqa: F401  (the package, not its flags)
 # cuInit" line) happen here, once, not in each command's stderr; they start
 # no thread pool, and the children may still configure logical devices.
 tensorflow.config.list_physical_devices()
+# What the imports made (some 400,000 objects) leaves the collector's view:
+# each child's full collections would walk them all again, and write to
+# every page they share with the zygote.
+gc.freeze()
 requests, replies = sys.stdin, sys.stdout
 for line in requests:
   request = json.loads(line)
