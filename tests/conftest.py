@@ -22,6 +22,10 @@ def _cores_per_worker():
 # of them: with two workers on two cores, four spinning threads fought for
 # two, and the suite took 8% longer.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_cores_per_worker()))
+# The same for PyTorch's OpenMP pool (the Transformers references, Keras'
+# torch backend): its idle threads spin between the tiny ops, and took some
+# 35 CPU-s of the other worker's core in the four files that run PyTorch.
+os.environ.setdefault("OMP_NUM_THREADS", str(_cores_per_worker()))
 
 from absl import logging as absl_logging  # noqa: E402
 import command_zygote  # noqa: E402
