@@ -3,6 +3,8 @@ stays a short entry point, docs/ stay a reference (no dated headings, no
 dated story), and every relative link reaches a file (and, for `#anchors`,
 a heading of that file)."""
 
+import ast
+import glob
 import os
 import re
 import subprocess
@@ -121,3 +123,35 @@ def test_every_command_shown_exists_with_the_flags_it_shows(page):
       defined = name in helps[script] or (
           name.startswith("no") and name[2:] in helps[script])
       assert defined or name in ("v", "helpfull"), (page, script, name)
+
+
+def _flag_names():
+  """{name pattern: files} of every flag the package and bin/ define (an
+  f-string name, such as `f"{split}_source"`, as a pattern with `\\w+`)."""
+  names = {}
+  for path in glob.glob(os.path.join(REPO, "tf_transformer", "**", "*.py"),
+                        recursive=True) + glob.glob(os.path.join(REPO, "bin",
+                                                                 "*.py")):
+    for node in ast.walk(ast.parse(_read(os.path.relpath(path, REPO)))):
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr.startswith("DEFINE_")):
+        name = node.args[0]
+        if isinstance(name, ast.JoinedStr):
+          pattern = "".join(re.escape(part.value) if isinstance(
+              part, ast.Constant) else r"\w+" for part in name.values)
+        else:
+          pattern = re.escape(name.value)
+        names.setdefault(pattern, set()).add(os.path.relpath(path, REPO))
+  return names
+
+
+def test_every_flag_is_documented():
+  """Each flag of the installed commands is named in README.md or docs/
+  (as `--name`, `--noname` or `name` in backquotes), where its case is
+  told."""
+  text = "".join(_read(page) for page in PAGES)
+  names = _flag_names()
+  assert len(names) > 100, len(names)  # the parse found the flags
+  missing = {pattern: files for pattern, files in names.items()
+             if not re.search(rf"--(?:no)?{pattern}\b|`{pattern}`", text)}
+  assert not missing, missing
