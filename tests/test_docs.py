@@ -145,13 +145,27 @@ def _flag_names():
   return names
 
 
-def test_every_flag_is_documented():
-  """Each flag of the installed commands is named in README.md or docs/
-  (as `--name`, `--noname` or `name` in backquotes), where its case is
-  told."""
+def _hparam_names():
+  """The config's fields, each a `--hparams=name=value` (tf_transformer/
+  config.py)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from tf_transformer import get_config  # pylint: disable=g-import-not-at-top
+  config = get_config("tiny")
+  return [field.name for part in dataclasses.fields(config)
+          for field in dataclasses.fields(getattr(config, part.name))]
+
+
+def test_every_flag_and_hparam_is_documented():
+  """Each flag of the installed commands and each hparam is named in
+  README.md or docs/ (as `--name`, `--noname`, `name=` or `name` in
+  backquotes), where its case is told."""
   text = "".join(_read(page) for page in PAGES)
   names = _flag_names()
   assert len(names) > 100, len(names)  # the parse found the flags
+  hparams = _hparam_names()
+  assert "adam_epsilon" in hparams and len(hparams) > 20, hparams
+  names.update({name: {"tf_transformer/config.py"} for name in hparams
+                if not re.search(rf"\b{name}=", text)})
   missing = {pattern: files for pattern, files in names.items()
              if not re.search(rf"--(?:no)?{pattern}\b|`{pattern}`", text)}
   assert not missing, missing
