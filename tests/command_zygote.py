@@ -18,13 +18,19 @@ TF_CPP_MIN_LOG_LEVEL).
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
-# The zygote: imports, then serves one request a line on stdin (JSON:
-# argv, cwd, stdin) with one line on stdout (JSON: the child's status).
+# The zygote: imports, then serves one request a line on stdin (JSON), with
+# JSON lines on stdout. A command (argv, cwd, stdin, stdout, stderr paths, an
+# environment or none): {"pid"}, then, unless "background", {"status"} once
+# it ends. {"poll": PID}: {"status"} of a background command, null while it
+# runs. At the end of its input (the test process left), background commands
+# still running (those a failed test left) are killed.
 _SERVE = r"""
 import gc, json, os, runpy, sys
 import tf_transformer  # first, as a command imports it: it sets TF's options
@@ -39,11 +45,23 @@ tensorflow.config.list_physical_devices()
 # every page they share with the zygote.
 gc.freeze()
 requests, replies = sys.stdin, sys.stdout
+background = set()
 for line in requests:
   request = json.loads(line)
+  if "poll" in request:
+    done, waited = os.waitpid(request["poll"], os.WNOHANG)
+    if done:
+      background.discard(done)
+    replies.write(json.dumps({"status": os.waitstatus_to_exitcode(waited)
+                              if done else None}) + "\n")
+    replies.flush()
+    continue
   out, err = request["stdout"], request["stderr"]
   pid = os.fork()
   if pid == 0:
+    if request.get("env") is not None:
+      os.environ.clear()
+      os.environ.update(request["env"])
     os.chdir(request["cwd"])
     stdin = os.open(request["stdin"], os.O_RDONLY)
     os.dup2(stdin, 0)
@@ -71,10 +89,18 @@ for line in requests:
     os._exit(status)
   replies.write(json.dumps({"pid": pid}) + "\n")
   replies.flush()
+  if request.get("background"):
+    background.add(pid)
+    continue
   _, waited = os.waitpid(pid, 0)
   status = os.waitstatus_to_exitcode(waited)
   replies.write(json.dumps({"status": status}) + "\n")
   replies.flush()
+for pid in background:
+  try:
+    os.kill(pid, 9)
+  except ProcessLookupError:
+    pass
 """
 
 
@@ -92,20 +118,45 @@ class Zygote:
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=self._environment)
 
+  def _request(self, request):
+    """Sends `request`; returns the zygote's first reply (the lock held)."""
+    if self._process is None or self._process.poll() is not None:
+      self._start()
+    self._process.stdin.write(json.dumps(request) + "\n")
+    self._process.stdin.flush()
+    reply = self._process.stdout.readline()
+    if not reply:
+      raise RuntimeError("the command zygote died")
+    return json.loads(reply)
+
+  def start(self, argv, cwd, stdout, stderr, env=None):
+    """`argv` (the script first) started in a fork, stdout and stderr to
+    the files named (os.devnull to drop them), in `env` (all of it, as
+    Popen's `env`; variables read at import take the zygote's values);
+    returns a `Started` at once, as `subprocess.Popen` returns (the files
+    made first, as Popen's caller opens them)."""
+    for path in (stdout, stderr):
+      open(path, "w", encoding="utf-8").close()
+    with self._lock:
+      pid = self._request(dict(argv=list(argv), cwd=cwd, stdin=os.devnull,
+                               stdout=str(stdout), stderr=str(stderr),
+                               env=env, background=True))["pid"]
+    return Started(self, argv, pid, stdout, stderr)
+
+  def poll(self, pid):
+    """The exit status of background command `pid`, None while it runs."""
+    with self._lock:
+      return self._request({"poll": pid})["status"]
+
   def run(self, argv, cwd, input_text, timeout):
     """`argv` (the script first) run in a fork: a CompletedProcess as
     `subprocess.run(..., capture_output=True, text=True)` returns."""
     with self._lock, tempfile.TemporaryDirectory() as scratch:
-      if self._process is None or self._process.poll() is not None:
-        self._start()
       paths = {name: os.path.join(scratch, name)
                for name in ("stdin", "stdout", "stderr")}
       with open(paths["stdin"], "w", encoding="utf-8") as f:
         f.write(input_text or "")
-      self._process.stdin.write(json.dumps(
-          dict(paths, argv=list(argv), cwd=cwd)) + "\n")
-      self._process.stdin.flush()
-      pid = json.loads(self._process.stdout.readline())["pid"]
+      pid = self._request(dict(paths, argv=list(argv), cwd=cwd))["pid"]
       timer = threading.Timer(timeout, os.kill, (pid, 9))
       timer.start()
       try:
@@ -121,3 +172,41 @@ class Zygote:
                                errors="replace").read()
       return subprocess.CompletedProcess(
           [sys.executable, *argv], status, read("stdout"), read("stderr"))
+
+
+class Started:
+  """A command `Zygote.start` started: what tests use of `subprocess.Popen`
+  (pid, poll, wait, send_signal, kill, communicate, returncode), its
+  stdout and stderr read from their files once it ends."""
+
+  def __init__(self, zygote, argv, pid, stdout, stderr):
+    self._zygote, self.args, self.pid = zygote, argv, pid
+    self._paths = (stdout, stderr)
+    self.returncode = None
+
+  def poll(self):
+    if self.returncode is None:
+      self.returncode = self._zygote.poll(self.pid)
+    return self.returncode
+
+  def wait(self, timeout=None):
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while self.poll() is None:
+      if deadline is not None and time.monotonic() > deadline:
+        raise subprocess.TimeoutExpired(self.args, timeout)
+      time.sleep(0.05)
+    return self.returncode
+
+  def send_signal(self, signal_number):
+    if self.returncode is None:
+      os.kill(self.pid, signal_number)
+
+  def kill(self):
+    self.send_signal(signal.SIGKILL)
+
+  def communicate(self, timeout=None):
+    """(stdout, stderr) text once the command ends."""
+    self.wait(timeout)
+    return tuple(None if path == os.devnull else open(
+        path, encoding="utf-8", errors="replace").read()
+                 for path in self._paths)

@@ -81,6 +81,17 @@ def run_script(name, *args, timeout=600, input_text=None, env=None,
       timeout=timeout, input=input_text, env=environment, cwd=REPO)
 
 
+def start_script(name, *args, stdout=os.devnull, stderr=os.devnull,
+                 env=None):
+  """Starts `bin/<name>` ARGS as `subprocess.Popen` would, in a fork of the
+  command zygote, its stdout and stderr written to the files named; returns
+  a Popen-like `command_zygote.Started` at once: for tests that signal a
+  command or run two at once. `env`: its whole environment (variables read
+  at TensorFlow's import take the zygote's values)."""
+  return _ZYGOTE.start([os.path.join(REPO, "bin", name), *args], REPO,
+                       stdout, stderr, env)
+
+
 @functools.cache
 def load_saved_model(path):
   """`tf.saved_model.load(path)`, once per test process: these tests only

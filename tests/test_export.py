@@ -33,6 +33,7 @@ from tf_transformer.serving import export as export_lib
 from tf_transformer.serving.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import TRAINED_EXPORT, load_saved_model, run_script
+from conftest import start_script
 import search_reference
 from training_helpers import beam_search as model_beam_search
 from training_helpers import write_run_dir
@@ -85,11 +86,8 @@ def test_versions_are_integer_folders_written_whole(model_dir, exported):
   # earlier writes nothing; later, the version is whole) leaves no numbered
   # folder: only its hidden .writing-N-PID, which the next export removes.
   export_dir = exported.parent
-  killed = subprocess.Popen(
-      [sys.executable, os.path.join("bin", "export.py"),
-       f"--model_dir={model_dir}", f"--export_dir={export_dir}"],
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  killed = start_script("export.py", f"--model_dir={model_dir}",
+                        f"--export_dir={export_dir}")
   writing = f".writing-2-{killed.pid}"
   deadline = time.time() + 300
   while not (export_dir / writing).exists() and killed.poll() is None:

@@ -4,15 +4,15 @@ MirroredStrategy and across two workers; a second run on the same
 --model_dir is refused while the first lives; a NaN's advice works."""
 
 import json
-import re
+import os
 import signal
-import subprocess
 import time
 
 import pytest
 import tensorflow as tf
 
-from test_train_script import _env, _free_ports, _train, _train_command
+from test_train_script import _free_ports, _start_train, _train
+from test_train_script import _wait_for_step
 from training_helpers import MECHANICS_FLAGS, ONE_LAYER
 
 LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
@@ -20,24 +20,10 @@ LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
 
 
 def _start(model_dir, log, *args, env=None):
-  """A training process whose stderr goes to `log` (a pipe left unread
-  would block it)."""
-  return subprocess.Popen(_train_command(model_dir, *args),
-                          stdout=subprocess.PIPE, stderr=open(log, "w"),
-                          text=True, env=env or _env())
-
-
-def _wait_for_step(log, step, timeout=300):
-  """The highest step logged once `step` is reached."""
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    steps = [int(s) for s in re.findall(r"step (\d+)/\d+ loss",
-                                        open(log).read())]
-    if steps and max(steps) >= step:
-      return max(steps)
-    time.sleep(0.2)
-  raise AssertionError(f"training did not reach step {step}: "
-                       + open(log).read()[-2000:])
+  """A training process whose stderr goes to `log`, its stdout to a file
+  beside it (`communicate` gives it)."""
+  return _start_train(model_dir, *args, stdout=f"{log}.out", stderr=log,
+                      env=env)
 
 
 def _saved_step(model_dir):
@@ -96,7 +82,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
   cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
   processes = []
   for index in range(2):
-    env = dict(_env(), TF_CONFIG=json.dumps(
+    env = dict(os.environ, TF_CONFIG=json.dumps(
         {"cluster": cluster, "task": {"type": "worker", "index": index}}))
     processes.append(_start(tmp_path / "run", tmp_path / f"worker{index}.log",
                             "--distribution=multi_worker", *LONG, env=env))

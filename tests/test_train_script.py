@@ -6,15 +6,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, run_script
+from conftest import run_script, start_script
 from tf_transformer.run.runner import Runner
 from tf_transformer.training import schedule
 from tf_transformer.training.checkpoints import CheckpointError
@@ -25,13 +23,25 @@ TINY = ["--config=tiny", "--dataset=numbers", "--numbers_train_size=300",
         "--checkpoint_every_secs=0", "--alsologtostderr"]
 
 
-def _train_command(model_dir, *args):
-  return [sys.executable, os.path.join(REPO, "bin", "train.py"),
-          f"--model_dir={model_dir}", *TINY, *args]
+def _start_train(model_dir, *args, stdout=os.devnull, stderr=os.devnull,
+                 env=None):
+  """bin/train.py on the tiny numbers task, started as `subprocess.Popen`
+  starts it (`conftest.start_script`)."""
+  return start_script("train.py", f"--model_dir={model_dir}", *TINY, *args,
+                      stdout=stdout, stderr=stderr, env=env)
 
 
-def _env():
-  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def _wait_for_step(log, step, timeout=300):
+  """The highest step logged to file `log` once `step` is reached."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    steps = [int(s) for s in re.findall(r"step (\d+)/\d+ loss",
+                                        open(log).read())]
+    if steps and max(steps) >= step:
+      return max(steps)
+    time.sleep(0.2)
+  raise AssertionError(f"training did not reach step {step}: "
+                       + open(log).read()[-2000:])
 
 
 def _train(model_dir, *args, timeout=300):
@@ -45,14 +55,9 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
   model_dir = tmp_path / "run"
   args = ["--train_steps=400", "--checkpoint_every_steps=5",
           "--log_every_steps=1", "--eval_every_steps=0"]
-  process = subprocess.Popen(_train_command(model_dir, *MECHANICS_FLAGS, *args),
-                             stderr=subprocess.PIPE, text=True, env=_env())
-  deadline = time.time() + 300
-  for line in process.stderr:
-    match = re.search(r"step (\d+)/400", line)
-    if match and int(match.group(1)) >= 13:
-      break
-    assert time.time() < deadline, "training did not reach step 13"
+  log = tmp_path / "train.log"
+  process = _start_train(model_dir, *MECHANICS_FLAGS, *args, stderr=log)
+  _wait_for_step(log, 13)
   process.send_signal(signal.SIGKILL)
   process.wait()
   latest = tf.train.latest_checkpoint(str(model_dir))
@@ -96,15 +101,14 @@ def test_two_workers_on_loopback_agree(tmp_path):
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   processes = []
   for index in range(2):
-    env = _env()
-    env["TF_CONFIG"] = json.dumps({"cluster": cluster,
-                                   "task": {"type": "worker", "index": index}})
-    processes.append(subprocess.Popen(
-        _train_command(tmp_path / "run", *MECHANICS_FLAGS,
-                       "--distribution=multi_worker", "--train_steps=3",
-                       "--checkpoint_every_steps=3", "--eval_every_steps=0",
-                       "--log_every_steps=1"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    env = dict(os.environ, TF_CONFIG=json.dumps(
+        {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+    processes.append(_start_train(
+        tmp_path / "run", *MECHANICS_FLAGS, "--distribution=multi_worker",
+        "--train_steps=3", "--checkpoint_every_steps=3",
+        "--eval_every_steps=0", "--log_every_steps=1",
+        stdout=tmp_path / f"worker{index}.out",
+        stderr=tmp_path / f"worker{index}.err", env=env))
   outputs = [p.communicate(timeout=600) for p in processes]
   for process, (out, err) in zip(processes, outputs):
     assert process.returncode == 0, err[-3000:]
