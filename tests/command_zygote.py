@@ -81,6 +81,10 @@ for line in requests:
       import traceback
       traceback.print_exc()
       status = 1
+    # What the interpreter runs at exit and os._exit skips: AutoGraph's
+    # removal of its generated files (tf.data converts map functions).
+    import atexit
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
       try:
         stream.flush()
