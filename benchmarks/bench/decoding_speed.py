@@ -82,12 +82,17 @@ def output_tokens(signatures, vocabulary, texts):
   return total
 
 
-def measure_saved_model(path, vocabulary, texts, batch_size, runs=3,
+def load_export(path):
+  """The SavedModel at `path`, loaded once for every batch size measured."""
+  import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+  return tf.saved_model.load(path)
+
+
+def measure_saved_model(loaded, vocabulary, texts, batch_size, runs=3,
                         warmup=1):
   """Sentences/s and output tokens/s of `serving_default` (text in, text
-  out, tokenization included) over `texts` in batches."""
-  import tensorflow_text  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
-  loaded = tf.saved_model.load(path)
+  out, tokenization included) of `loaded` (`load_export`) over `texts` in
+  batches."""
   serve = loaded.signatures["serving_default"]
   batches = _batches(texts, batch_size)
 
@@ -104,13 +109,14 @@ def measure_saved_model(path, vocabulary, texts, batch_size, runs=3,
 
 
 def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
-                   beam_size=4, batch_size=32, runs=3):
-  """Seconds per output token around each output length n: (T(n) -
-  T(n / 2)) / (n / 2), with T the time to translate one batch whose outputs
-  all have that length. With the cache a step's cost grows only by
-  attention's read of the positions decoded so far (`decoding/cache.py`).
-  Measured on the export's graph code in-process (one module per length;
-  exporting each would only add saving time).
+                   beam_size=4, batch_sizes=(32,), runs=3):
+  """{"batch_B": {"step_n": seconds}}: seconds per output token around each
+  output length n, for each batch size B: (T(n) - T(n / 2)) / (n / 2),
+  with T the time to translate one batch whose outputs all have that
+  length. With the cache a step's cost grows only by attention's read of
+  the positions decoded so far (`decoding/cache.py`). Measured on the
+  export's graph code in-process (one module per length, traced once for
+  every batch size; exporting each would only add saving time).
 
   T(n / 2) and T(n) are timed in pairs, one right after the other, and the
   median of the pairs' differences is reported, so that a slow spell of a
@@ -119,27 +125,33 @@ def time_per_token(model, vocabulary, output_lengths=(10, 50, 100),
   pairs: `runs` for the longest output, `runs * longest / n` for length n.
   """
   words = 1  # sources of 1 word + EOS = 2 tokens: outputs from 3 tokens
-  batch = tf.constant(sentences(vocabulary, batch_size, words, seed=1))
-  translators = {}
+  modules, warm = {}, set()
 
-  def translate(length):
-    if length not in translators:
-      module = TranslationModule(model, vocabulary, DecodingOptions(
+  def translate(length, batch):
+    if length not in modules:
+      modules[length] = TranslationModule(model, vocabulary, DecodingOptions(
           beam_size=beam_size,
           max_decode_length_offset=length - (words + 1)))
-      translators[length] = lambda: module.serve(batch)["translation"].numpy()
-      translators[length]()  # tracing, not timed
+    run = lambda: modules[length].serve(batch)["translation"].numpy()
+    if (length, batch.ref()) not in warm:
+      run()  # tracing (a module's first batch), not timed
+      warm.add((length, batch.ref()))
     start = time.perf_counter()
-    translators[length]()
+    run()
     return time.perf_counter() - start
 
   longest = max(output_lengths)
-  figures = {}
-  for n in output_lengths:
-    differences = [(translate(n) - translate(n // 2)) / (n - n // 2)
-                   for _ in range(math.ceil(runs * longest / n))]
-    figures[f"step_{n}"] = statistics.median(differences)
-  return figures
+  by_batch = {}
+  for batch_size in batch_sizes:
+    batch = tf.constant(sentences(vocabulary, batch_size, words, seed=1))
+    figures = {}
+    for n in output_lengths:
+      differences = [
+          (translate(n, batch) - translate(n // 2, batch)) / (n - n // 2)
+          for _ in range(math.ceil(runs * longest / n))]
+      figures[f"step_{n}"] = statistics.median(differences)
+    by_batch[f"batch_{batch_size}"] = figures
+  return by_batch
 
 
 def cache_bytes_per_position(config, rows, part="both", bytes_per_number=4):

@@ -86,25 +86,25 @@ def decode_section(o, config, report):
   _print_header("decoding (exported SavedModel, text in and out)", columns)
   for method in ("beam", "greedy"):
     with tempfile.TemporaryDirectory(prefix="tf_transformer_bench_") as tmp:
-      path = decoding_speed.export_model(model, vocabulary, DecodingOptions(
-          method=method, max_decode_length_offset=1), tmp)
+      loaded = decoding_speed.load_export(decoding_speed.export_model(
+          model, vocabulary, DecodingOptions(
+              method=method, max_decode_length_offset=1), tmp))
       for batch_size in sorted({1, o.decode_batch_size}):
         # Batch 1 over every sentence would take long: 1/8 of them.
         subset = texts if batch_size > 1 else texts[:max(
             8, len(texts) // 8)]
-        row = decoding_speed.measure_saved_model(path, vocabulary, subset,
+        row = decoding_speed.measure_saved_model(loaded, vocabulary, subset,
                                                  batch_size, o.runs)
         rows.append({"search": "beam 4" if method == "beam" else "greedy",
                      **row})
         _print_rows(rows[-1:], columns)
-  per_token = {}
   print()
   steps = [int(n) for n in o.token_steps]
-  for batch_size in sorted({1, o.decode_batch_size}):
-    figures = decoding_speed.time_per_token(
-        model, vocabulary, steps, batch_size=batch_size, runs=o.runs)
-    per_token[f"batch_{batch_size}"] = figures
-    print(f"beam 4 decode time per output token, batch {batch_size}: "
+  per_token = decoding_speed.time_per_token(
+      model, vocabulary, steps, batch_sizes=sorted({1, o.decode_batch_size}),
+      runs=o.runs)
+  for batch, figures in per_token.items():
+    print(f"beam 4 decode time per output token, {batch.replace('_', ' ')}: "
           + ", ".join(
               f"{k} {v * 1e3:.2f} ms" for k, v in figures.items()))
   cache_read = cache_read_section(o, config, steps)
