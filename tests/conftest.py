@@ -144,14 +144,20 @@ def trained_numbers_run(tmp_path_factory):
   return made_once(tmp_path_factory, "trained_numbers", train)
 
 
+# `untrained_export`'s --max_length_offset.
+UNTRAINED_EXPORT_OFFSET = 8
+
+
 @pytest.fixture(scope="session")
 def untrained_export(tmp_path_factory):
   """(run directory, its export's version folder) of an untrained tiny
   model, exported by bin/export.py with --max_length_offset=8, once per
-  session: the export that translation, plotting and serving tests share."""
+  session: the export that export, translation, plotting and serving tests
+  share (read only: a test that writes beside it copies it first)."""
   from training_helpers import write_run_and_export  # pylint: disable=g-import-not-at-top
   folder = made_once(tmp_path_factory, "untrained_export",
-                      lambda folder: write_run_and_export(folder, 8))
+                      lambda folder: write_run_and_export(
+                          folder, UNTRAINED_EXPORT_OFFSET))
   return folder / "run", folder / "saved" / "numbers" / "1"
 
 

@@ -5,6 +5,7 @@ float32 and in bfloat16 (`--dtype=bfloat16`)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,11 +33,11 @@ from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
 from tf_transformer.serving.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from conftest import TRAINED_EXPORT, load_saved_model, run_script
+from conftest import TRAINED_EXPORT, UNTRAINED_EXPORT_OFFSET
+from conftest import load_saved_model, run_script
 from conftest import start_script
 import search_reference
 from training_helpers import beam_search as model_beam_search
-from training_helpers import write_run_dir
 
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
@@ -45,20 +46,20 @@ def _source_ids(vocabulary, texts):
   return sequences.source_ids(vocabulary, tf.constant(texts)).to_tensor()
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+# The session's untrained run and its export (bin/export.py,
+# --max_length_offset=OFFSET), read only.
+OFFSET = UNTRAINED_EXPORT_OFFSET
+
+
+@pytest.fixture(name="model_dir")
+def _model_dir(untrained_export):
   """A run directory with config, vocabulary and one checkpoint."""
-  return write_run_dir(tmp_path_factory.mktemp("run"))
+  return untrained_export[0]
 
 
-@pytest.fixture(scope="module")
-def exported(model_dir, tmp_path_factory):
-  export_dir = tmp_path_factory.mktemp("saved_models") / "numbers"
-  result = run_script("export.py", f"--model_dir={model_dir}",
-                      f"--export_dir={export_dir}", "--max_length_offset=10")
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert f"exported {export_dir}/1" in result.stdout
-  return export_dir / "1"
+@pytest.fixture(name="exported")
+def _exported(untrained_export):
+  return untrained_export[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +82,13 @@ EXPORTS = {"float32": lambda request: request.getfixturevalue("exported"),
                "exported_bfloat16")[0]}
 
 
-def test_versions_are_integer_folders_written_whole(model_dir, exported):
+def test_versions_are_integer_folders_written_whole(model_dir, exported,
+                                                   tmp_path):
   # An export killed once its version folder is being written (a kill
   # earlier writes nothing; later, the version is whole) leaves no numbered
   # folder: only its hidden .writing-N-PID, which the next export removes.
-  export_dir = exported.parent
+  export_dir = tmp_path / "numbers"
+  shutil.copytree(exported.parent, export_dir)
   killed = start_script("export.py", f"--model_dir={model_dir}",
                         f"--export_dir={export_dir}")
   writing = f".writing-2-{killed.pid}"
@@ -103,7 +106,7 @@ def test_versions_are_integer_folders_written_whole(model_dir, exported):
   assert f"removed {export_dir / writing}, left by an export that was " \
       "stopped" in result.stderr
   assert sorted(os.listdir(export_dir)) == ["1", "2"]
-  assert (exported / "saved_model.pb").exists()
+  assert (export_dir / "1" / "saved_model.pb").exists()
   assert (export_dir / "2" / "saved_model.pb").exists()
   # Given the folder, not a version, translate.py names the newest whole
   # version (an empty one, as an older release's killed export left, not).
@@ -170,9 +173,11 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
   for name in ("empty", "spaces", "long", "bad_utf8"):
     assert len(answers[name]["translation"]) == 1
   # 1000 words are cut to the export's limit (the default 256 subwords, or
-  # the trained export's 24); the output to input + 10.
-  limit = 256 if dtype == "float32" else TRAINED_EXPORT["max_input_tokens"]
-  assert len(answers["long"]["translation"][0]) < 20 * (limit + 10)
+  # the trained export's 24); the output to input + the export's offset.
+  limit, offset = ((256, OFFSET) if dtype == "float32" else (
+      TRAINED_EXPORT["max_input_tokens"],
+      TRAINED_EXPORT["max_decode_length_offset"]))
+  assert len(answers["long"]["translation"][0]) < 20 * (limit + offset)
   assert answers["empty_batch"] == {"translation": [], "score": []}
   assert len(answers["batch_256"]["translation"]) == 256
   assert answers["nbest_shape"] == [1, 4]
@@ -354,12 +359,12 @@ def test_export_translates_like_the_in_process_search(model_dir, exported):
       tf.train.latest_checkpoint(str(model_dir))).expect_partial()
   texts = ["four hundred and twenty-one", "seven"]
   ids, scores = model_beam_search(model, _source_ids(
-      vocab, texts), beam_size=4, alpha=0.6, max_length_offset=10)
+      vocab, texts), beam_size=4, alpha=0.6, max_length_offset=OFFSET)
   expected = [t.decode() for t in vocab.detokenize(ids[:, 0]).numpy()]
   loaded = load_saved_model(exported)
   out = loaded.signatures["serving_default"](text=tf.constant(texts))
   got = [t.decode() for t in out["translation"].numpy()]
-  same = _same_but_near_ties(model, vocab, texts, expected, got, 10)
+  same = _same_but_near_ties(model, vocab, texts, expected, got, OFFSET)
   np.testing.assert_allclose(np.asarray(out["score"])[same],
                              scores.numpy()[same, 0], rtol=1e-4)
 
@@ -380,7 +385,7 @@ def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
                                                tmp_path):
   result = run_script("export.py", f"--model_dir={model_dir}",
                       f"--export_dir={tmp_path / 'xla'}", "--xla",
-                      "--max_length_offset=10")
+                      f"--max_length_offset={OFFSET}")
   assert result.returncode == 0, result.stderr[-2000:]
   _, functions = _all_ops(str(tmp_path / "xla" / "1"))
   assert any("_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b
@@ -395,7 +400,7 @@ def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
     got = xla.signatures["serving_default"](text=tf.constant(batch))
     decoded = lambda out: [t.decode() for t in out["translation"].numpy()]
     same = _same_but_near_ties(model, vocab, batch, decoded(want),
-                               decoded(got), 10)
+                               decoded(got), OFFSET)
     np.testing.assert_allclose(np.asarray(got["score"])[same],
                                np.asarray(want["score"])[same], rtol=1e-4)
 

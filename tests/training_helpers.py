@@ -108,6 +108,7 @@ def write_run_and_export(directory, max_length_offset):
                       f"--export_dir={export_dir}",
                       f"--max_length_offset={max_length_offset}")
   assert result.returncode == 0, result.stderr[-2000:]
+  assert f"exported {export_dir}/1" in result.stdout
   return model_dir, export_dir / "1"
 
 
