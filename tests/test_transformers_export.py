@@ -73,18 +73,33 @@ def _pairs(count, vocab_size, seed=0):
     yield source, target
 
 
+def _padded(rows):
+  """The rows of ids as one [rows, longest] batch, PAD_ID after each."""
+  batch = np.full([len(rows), max(map(len, rows))], special_ids.PAD_ID,
+                  np.int64)
+  for row, ids in zip(batch, rows):
+    row[:len(ids)] = ids
+  return batch
+
+
 def _worst_log_prob_gap(ours, theirs, start):
-  worst = 0.0
-  for source, target in _pairs(30, ours.config.model.vocab_size):
-    decoder_input = np.concatenate([[start], target[:-1]])
-    with torch.no_grad():
-      logits = theirs(input_ids=torch.tensor(source[None]),
-                      decoder_input_ids=torch.tensor(decoder_input[None])
-                      ).logits
-    expected = torch.log_softmax(logits, -1)[0].numpy()
-    got = tf.nn.log_softmax(ours((source[None], decoder_input[None])))[0]
-    worst = max(worst, float(np.abs(got.numpy() - expected).max()))
-  return worst
+  """The largest gap of the two models' log-probabilities over the real
+  positions of 30 pairs, run as one padded batch (a source's padding
+  masked, a target's after its end)."""
+  sources, targets = zip(*_pairs(30, ours.config.model.vocab_size))
+  source_ids = _padded(sources)
+  decoder_input = _padded([np.concatenate([[start], t[:-1]])
+                           for t in targets])
+  with torch.no_grad():
+    logits = theirs(input_ids=torch.tensor(source_ids),
+                    attention_mask=torch.tensor(
+                        source_ids != special_ids.PAD_ID),
+                    decoder_input_ids=torch.tensor(decoder_input)).logits
+  expected = torch.log_softmax(logits, -1).numpy()
+  got = tf.nn.log_softmax(ours((source_ids, decoder_input))).numpy()
+  assert np.isfinite(expected).all() and np.isfinite(got).all()
+  return max(float(np.abs(got[row, :len(t)] - expected[row, :len(t)]).max())
+             for row, t in enumerate(targets))
 
 
 @pytest.mark.parametrize("overrides", [
