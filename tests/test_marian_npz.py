@@ -136,6 +136,15 @@ def _ct2(directory, output_dir):
   return ctranslate2.Translator(output_dir, device="cpu")
 
 
+def _padded(rows):
+  """The rows of ids as one [rows, longest] batch, PAD_ID after each."""
+  batch = np.full([len(rows), max(map(len, rows))], special_ids.PAD_ID,
+                  np.int32)
+  for row, ids in zip(batch, rows):
+    row[:len(ids)] = ids
+  return batch
+
+
 def _token_pairs(pieces, count, seed=0):
   rng = np.random.default_rng(seed)
   ordinary = pieces[2:]
@@ -165,20 +174,21 @@ def test_scores_equal_ctranslate2(tmp_path, monkeypatch, activation, tied,
              enumerate(imported.order) if marian_id < len(pieces)}
   pairs = list(_token_pairs(pieces, 30))
   theirs = translator.score_batch([s for s, _ in pairs], [t for _, t in pairs])
+  # Ours: the 30 pairs as one padded batch (one eager call, not 30).
+  sources = [[ours_id[p] for p in s] + [special_ids.EOS_ID] for s, _ in pairs]
+  labels = [[ours_id[p] for p in t] + [special_ids.EOS_ID] for _, t in pairs]
+  log_probs = tf.nn.log_softmax(imported.model((
+      _padded(sources), _padded([[special_ids.BOS_ID] + row[:-1]
+                                 for row in labels])))).numpy()
   worst = 0.0
-  for (source, target), result in zip(pairs, theirs):
-    source_ids = [ours_id[p] for p in source] + [special_ids.EOS_ID]
-    labels = [ours_id[p] for p in target] + [special_ids.EOS_ID]
-    logits = imported.model((tf.constant([source_ids]),
-                             tf.constant([[special_ids.BOS_ID] +
-                                          labels[:-1]])))
-    log_probs = tf.nn.log_softmax(logits)[0].numpy()
-    ours = log_probs[np.arange(len(labels)), labels]
+  for row, (label, result) in enumerate(zip(labels, theirs)):
+    ours = log_probs[row, np.arange(len(label)), label]
     assert len(result.log_probs) == len(ours)
     worst = max(worst, np.abs(ours - np.array(result.log_probs)).max())
+    # <pad> (appended: Marian has none) takes no probability to speak of.
+    assert np.exp(log_probs[row, :len(label), special_ids.PAD_ID]).max() < (
+        1e-40)
   assert worst < SCORE_BOUND
-  # <pad> (appended: Marian has none) takes no probability to speak of.
-  assert np.exp(log_probs[:, special_ids.PAD_ID]).max() < 1e-40
   assert imported.model.config.model.share_embeddings == (tied == "all")
 
 
