@@ -7,6 +7,7 @@ is refused in one line. Needs torch and transformers (the [test] extra)."""
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -70,14 +71,6 @@ def _log_softmax(logits):
   return tf.nn.log_softmax(logits).numpy()
 
 
-def _padded(rows, pad):
-  """The rows of ids as one [rows, longest] batch, `pad` after each."""
-  batch = np.full([len(rows), max(map(len, rows))], pad, np.int64)
-  for row, ids in zip(batch, rows):
-    row[:len(ids)] = ids
-  return batch
-
-
 @pytest.mark.parametrize("activation,share", [
     ("swish", True), ("relu", True), ("gelu", True), ("swish", False)])
 def test_log_probs_equal_transformers(tmp_path, activation, share):
@@ -88,16 +81,18 @@ def test_log_probs_equal_transformers(tmp_path, activation, share):
   imported = marian_import.from_transformers(str(tmp_path))
   ours_id = np.argsort(imported.order)  # published id -> ours
   sources, targets = zip(*_pairs(50))
+  padded = lambda rows, pad: keras.utils.pad_sequences(
+      rows, padding="post", value=pad, dtype="int64")
   with torch.no_grad():
-    source_ids = torch.tensor(_padded(sources, PAD))
+    source_ids = torch.tensor(padded(sources, PAD))
     logits = theirs_model(input_ids=source_ids,
                           attention_mask=source_ids != PAD,
-                          labels=torch.tensor(_padded(targets, PAD))).logits
+                          labels=torch.tensor(padded(targets, PAD))).logits
   theirs = torch.log_softmax(logits, -1).numpy()
   ours = _log_softmax(imported.model((
-      _padded([ours_id[s] for s in sources], special_ids.PAD_ID),
-      _padded([np.concatenate([[special_ids.BOS_ID], ours_id[t[:-1]]])
-               for t in targets], special_ids.PAD_ID))))
+      padded([ours_id[s] for s in sources], special_ids.PAD_ID),
+      padded([np.concatenate([[special_ids.BOS_ID], ours_id[t[:-1]]])
+              for t in targets], special_ids.PAD_ID))))
   assert np.isfinite(theirs).all() and np.isfinite(ours).all()
   worst = max(np.abs(ours[row, :len(t)][:, ours_id] - theirs[row, :len(t)])
               .max() for row, t in enumerate(targets))

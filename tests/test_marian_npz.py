@@ -8,6 +8,7 @@ import writes nothing."""
 import os
 
 import ctranslate2
+import keras
 import numpy as np
 import pytest
 import sentencepiece as spm
@@ -136,15 +137,6 @@ def _ct2(directory, output_dir):
   return ctranslate2.Translator(output_dir, device="cpu")
 
 
-def _padded(rows):
-  """The rows of ids as one [rows, longest] batch, PAD_ID after each."""
-  batch = np.full([len(rows), max(map(len, rows))], special_ids.PAD_ID,
-                  np.int32)
-  for row, ids in zip(batch, rows):
-    row[:len(ids)] = ids
-  return batch
-
-
 def _token_pairs(pieces, count, seed=0):
   rng = np.random.default_rng(seed)
   ordinary = pieces[2:]
@@ -177,9 +169,11 @@ def test_scores_equal_ctranslate2(tmp_path, monkeypatch, activation, tied,
   # Ours: the 30 pairs as one padded batch (one eager call, not 30).
   sources = [[ours_id[p] for p in s] + [special_ids.EOS_ID] for s, _ in pairs]
   labels = [[ours_id[p] for p in t] + [special_ids.EOS_ID] for _, t in pairs]
+  padded = lambda rows: keras.utils.pad_sequences(
+      rows, padding="post", value=special_ids.PAD_ID)
   log_probs = tf.nn.log_softmax(imported.model((
-      _padded(sources), _padded([[special_ids.BOS_ID] + row[:-1]
-                                 for row in labels])))).numpy()
+      padded(sources), padded([[special_ids.BOS_ID] + row[:-1]
+                               for row in labels])))).numpy()
   worst = 0.0
   for row, (label, result) in enumerate(zip(labels, theirs)):
     ours = log_probs[row, np.arange(len(label)), label]

@@ -73,23 +73,15 @@ def _pairs(count, vocab_size, seed=0):
     yield source, target
 
 
-def _padded(rows):
-  """The rows of ids as one [rows, longest] batch, PAD_ID after each."""
-  batch = np.full([len(rows), max(map(len, rows))], special_ids.PAD_ID,
-                  np.int64)
-  for row, ids in zip(batch, rows):
-    row[:len(ids)] = ids
-  return batch
-
-
 def _worst_log_prob_gap(ours, theirs, start):
   """The largest gap of the two models' log-probabilities over the real
   positions of 30 pairs, run as one padded batch (a source's padding
   masked, a target's after its end)."""
   sources, targets = zip(*_pairs(30, ours.config.model.vocab_size))
-  source_ids = _padded(sources)
-  decoder_input = _padded([np.concatenate([[start], t[:-1]])
-                           for t in targets])
+  padded = lambda rows: keras.utils.pad_sequences(
+      rows, padding="post", value=special_ids.PAD_ID)
+  source_ids = padded(sources)
+  decoder_input = padded([np.concatenate([[start], t[:-1]]) for t in targets])
   with torch.no_grad():
     logits = theirs(input_ids=torch.tensor(source_ids),
                     attention_mask=torch.tensor(
