@@ -23,7 +23,10 @@ from bench import serving_speed
 
 def test_benchmark_writes_every_figure(tmp_path):
   output = tmp_path / "report.json"
-  scratch = tmp_path / "tmp"  # the command's TMPDIR: left empty at the end
+  # The command's TMPDIR: left empty at the end, with Python writing
+  # bytecode as it does by default (where TensorFlow's AutoGraph imports a
+  # module from TMPDIR, it would leave its __pycache__ there).
+  scratch = tmp_path / "tmp"
   scratch.mkdir()
   result = run_script(
       "benchmarks/benchmark.py", "--config=tiny", "--vocab_size=1000",
@@ -32,7 +35,8 @@ def test_benchmark_writes_every_figure(tmp_path):
       "--batch_tokens=256", "--scaling_lengths=8", "--decode_sentences=8",
       "--decode_batch_size=4", "--token_steps=6,8", "--beam_sizes=1,2",
       "--runs=1", "--warmup=1", "--matmul_size=128", "--bandwidth_megabytes=4",
-      f"--output={output}", env={"TMPDIR": str(scratch)})
+      f"--output={output}",
+      env={"TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": ""})
   assert result.returncode == 0, result.stderr[-3000:]
   assert not list(scratch.iterdir()), "left behind in TMPDIR"
   report = json.loads(output.read_text())

@@ -39,6 +39,7 @@ CPU has them.
 import logging as python_logging
 import os
 import shutil
+import sys
 
 import tensorflow as tf
 from absl import logging
@@ -145,6 +146,11 @@ def export(module: TranslationModule, export_dir: str, on_stage=None) -> str:
   level = absl_logger.level
   renames = _CaptureRenames()
   absl_logger.addFilter(renames)
+  # Saving converts each signature's wrapper with AutoGraph, which writes
+  # the converted module to a temporary file and imports it: Python would
+  # leave that module's bytecode in TMPDIR's __pycache__ for good.
+  dont_write_bytecode = sys.dont_write_bytecode
+  sys.dont_write_bytecode = True
   try:
     tf.saved_model.save(module, writing, signatures={
         "serving_default": module.serve, "nbest": module.nbest,
@@ -156,6 +162,7 @@ def export(module: TranslationModule, export_dir: str, on_stage=None) -> str:
     shutil.rmtree(writing, ignore_errors=True)
     raise
   finally:
+    sys.dont_write_bytecode = dont_write_bytecode
     absl_logger.setLevel(level)
     absl_logger.removeFilter(renames)
   return _move_in(writing, export_dir)
