@@ -151,9 +151,10 @@ UNTRAINED_EXPORT_OFFSET = 8
 @pytest.fixture(scope="session")
 def untrained_export(tmp_path_factory):
   """(run directory, its export's version folder) of an untrained tiny
-  model, exported by bin/export.py with --max_length_offset=8, once per
-  session: the export that export, translation, plotting and serving tests
-  share (read only: a test that writes beside it copies it first)."""
+  model, exported by bin/export.py with --max_length_offset=
+  UNTRAINED_EXPORT_OFFSET, once per session: the export that export,
+  translation, plotting and serving tests share (read only: a test that
+  writes beside it copies it first)."""
   from training_helpers import write_run_and_export  # pylint: disable=g-import-not-at-top
   folder = made_once(tmp_path_factory, "untrained_export",
                       lambda folder: write_run_and_export(

@@ -33,7 +33,8 @@ from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
 from tf_transformer.serving.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from conftest import TRAINED_EXPORT, UNTRAINED_EXPORT_OFFSET
+from conftest import TRAINED_EXPORT
+from conftest import UNTRAINED_EXPORT_OFFSET as OFFSET
 from conftest import load_saved_model, run_script
 from conftest import start_script
 import search_reference
@@ -48,9 +49,6 @@ def _source_ids(vocabulary, texts):
 
 # The session's untrained run and its export (bin/export.py,
 # --max_length_offset=OFFSET), read only.
-OFFSET = UNTRAINED_EXPORT_OFFSET
-
-
 @pytest.fixture(name="model_dir")
 def _model_dir(untrained_export):
   """A run directory with config, vocabulary and one checkpoint."""
