@@ -6,10 +6,10 @@ decoding.cc, called as serving/ct2_runtime.py calls it), recording how near
 each decision came to going the other way.
 
 Why a line may differ between two implementations of one search: per token,
-each engine's log-probability is within EPSILON of this reference's (measured
-on the suite's numbers models: our cached step within 8e-7, CTranslate2
-within 6e-6, with logits up to about 10, whose float32 spacing is about
-1e-6; EPSILON leaves a margin of 3 over the larger). A decision between
+each engine's log-probability is within EPSILON of this reference's, half
+of what float32_bounds.LOG_PROB allows two paths (measured on the suite's
+numbers models: our cached step within 8e-7, CTranslate2 within 6e-6, the
+export's graph within 1.8e-5, with logits up to about 10). A decision between
 hypotheses of t tokens compares sums of t such values, which each engine may
 shift by t * EPSILON; a decision between two tokens after one prefix (greedy)
 compares single values. So where a decision's margin (the gap between what
@@ -28,8 +28,9 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.special_ids import BOS_ID, EOS_ID, NEVER_OUTPUT, PAD_ID
+from float32_bounds import LOG_PROB
 
-EPSILON = 2e-5
+EPSILON = LOG_PROB / 2
 RULES = ("ours", "ctranslate2")
 CT2_PATIENCE = 2  # serving/ct2_runtime.PATIENCE
 

@@ -20,8 +20,11 @@ from tf_transformer.special_ids import EOS_ID, PAD_ID
 SOURCE = tf.constant([[5, 6, 7, 9, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
                       [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
                       [11, 12, 13, EOS_ID, PAD_ID]])
-# float32: sums in another order; bfloat16 keeps 8 significant bits of
-# activations of magnitude about 1 (and its layers round in other places).
+# float32: two paths (the step's fused Q, K and V, the Keras layers), which
+# round in other orders: atol + rtol * |x| is 1e-5 of the memory's largest
+# values (about 4: gamma up to 1.5), as float32_bounds.LOG_PROB is of logits
+# of 10. bfloat16 keeps 8 significant bits of activations of magnitude about
+# 1 (and its layers round in other places).
 TOLERANCE = {"float32": 2e-5, "bfloat16": 0.15}
 
 

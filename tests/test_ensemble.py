@@ -21,6 +21,7 @@ from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import TRAINED_EXPORT, run_script
+from float32_bounds import ATTENTION, LOG_PROB, sentence
 from search_reference import lines_apart
 from training_helpers import SPEC, write_run_dir
 
@@ -48,7 +49,9 @@ def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
                    Ensemble([model, model], average="probs")):
     got_ids, got_scores = _decode(ensemble, method)
     np.testing.assert_array_equal(got_ids, ids)
-    np.testing.assert_allclose(got_scores, scores, rtol=1e-5, atol=1e-5)
+    # The ensemble's step and the model's: two paths (float32_bounds).
+    np.testing.assert_allclose(got_scores, scores, rtol=0,
+                               atol=sentence(ids.shape[-1]))
 
 
 @pytest.mark.parametrize("average", ["log_probs", "probs"])
@@ -74,13 +77,13 @@ def test_each_step_combines_the_members_distributions(average):
                 source_mask, weights)[0]
   got = first_step(EnsembleStep(ensemble))
   expected = [tf.nn.log_softmax(first_step(Step(m))).numpy() for m in members]
-  np.testing.assert_allclose(got, combined(expected), atol=1e-5)
+  np.testing.assert_allclose(got, combined(expected), rtol=0, atol=LOG_PROB)
 
   target_in = tf.constant([[BOS_ID, 5, 6], [BOS_ID, 7, PAD_ID]])
   np.testing.assert_allclose(
       ensemble((SOURCE, target_in)),
       combined([tf.nn.log_softmax(m((SOURCE, target_in))).numpy()
-                for m in members]), atol=1e-5)
+                for m in members]), rtol=0, atol=LOG_PROB)
   # A beam search over both runs, with sentences leaving the batch.
   ids, scores = _decode(ensemble, "beam")
   assert ids.shape[:2] == (2, 4) and np.all(np.isfinite(scores))
@@ -97,14 +100,14 @@ def test_one_pass_gives_the_logits_and_the_attention_of_two():
                 Ensemble([_model(1), _model(2, small)], "probs")):
     logits, attention = model.logits_and_attention(SOURCE, target_in)
     np.testing.assert_allclose(logits, model((SOURCE, target_in)),
-                               rtol=0, atol=1e-5)
+                               rtol=0, atol=LOG_PROB)
     expected = model.attention_weights(SOURCE, target_in)
     assert set(attention) == set(expected) == {
         "encoder_self", "decoder_self", "encoder_decoder"}
     for kind, layers in expected.items():
       assert len(attention[kind]) == len(layers) == 2  # the lead's depth
       for got, want in zip(attention[kind], layers):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATTENTION)
 
 
 def test_members_of_another_vocabulary_are_refused(tmp_path):
@@ -146,10 +149,12 @@ def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
   # Equal weights average to the same log-probabilities, up to rounding.
   apart = lines_apart(model, sources, subwords(single), subwords(ensemble),
                       max_length_offset=offset)
+  longest = max(map(len, sources)) + offset  # the search's limit
   for line in set(range(len(TEXTS))) - set(apart):
     assert [t for t, _ in ensemble[line]] == [t for t, _ in single[line]]
     np.testing.assert_allclose([s for _, s in ensemble[line]],
-                               [s for _, s in single[line]], atol=1e-4)
+                               [s for _, s in single[line]], rtol=0,
+                               atol=sentence(longest))
   loaded = tf.saved_model.load(path)
   assert set(loaded.signatures) >= {"serving_default", "score", "attention"}
   scored = loaded.signatures["score"](source=tf.constant(TEXTS[:1]),

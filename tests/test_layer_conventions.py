@@ -232,6 +232,9 @@ def test_jit_compiled_call_and_fit_step(name):
   layer = cls(**kwargs)
   eager = _call(layer, inputs)
   compiled = _compiled_call(layer, inputs)
+  # Two paths (XLA's kernels, the backend's eager ones): 1e-5 of the
+  # outputs' magnitude and 1e-5 more, at least the share of it that
+  # float32_bounds.LOG_PROB allows logits.
   keras.tree.map_structure(
       lambda a, b: np.testing.assert_allclose(
           keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b),
@@ -282,6 +285,9 @@ def test_a_keras_file_saved_by_release_0_1_loads_and_computes_the_same():
   data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
   model = keras.saving.load_model(os.path.join(data, "layers_v0_1.keras"))
   saved = np.load(os.path.join(data, "layers_v0_1.npz"))
+  # Computed then on another host's kernels: outputs of magnitude up to 1.8,
+  # so 1e-5 is 5.5e-6 of them, the share float32_bounds.LOG_PROB is of
+  # logits of 10 (measured apart by at most 1.8e-6 of that).
   np.testing.assert_allclose(keras.ops.convert_to_numpy(
       model(saved["inputs"])), saved["outputs"], atol=1e-5)
   for layer in model.layers:

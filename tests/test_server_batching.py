@@ -12,13 +12,17 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 
 from bench import server_batching
-from conftest import load_saved_model
+from conftest import TRAINED_EXPORT, load_saved_model
+from float32_bounds import LOG_PROB, sentence
 from tf_transformer.data import numbers
 
 PAIRS = numbers.generate({"test": 7}, seed=11)["test"]
 FIRST = [s for s, _ in PAIRS[:3]]  # requests of different lengths and sizes
 SECOND = [s for s, _ in PAIRS[3:]]
 TARGETS = [t for _, t in PAIRS]
+# The longest output the trained export gives (its input limit + offset, EOS).
+LONGEST = (TRAINED_EXPORT["max_input_tokens"]
+           + TRAINED_EXPORT["max_decode_length_offset"] + 1)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +43,14 @@ def _padded(alone, shape):
   widths = [(0, s - a) for a, s in zip(alone.shape, shape)]
   fill = b"" if alone.dtype.kind in "SO" else 0
   return np.pad(alone, widths, constant_values=fill)
+
+
+def _bound(name):
+  """How far a batch's output may be from a request's own: two batch
+  shapes are two paths (float32_bounds), and a sentence's score sums its
+  tokens' log-probabilities; attention weights stay within LOG_PROB."""
+  return sentence(LONGEST) if name in ("score", "scores", "log_prob") else (
+      LOG_PROB)
 
 
 def _split_equals_alone(function, first, second, text_key=None,
@@ -62,7 +74,7 @@ def _split_equals_alone(function, first, second, text_key=None,
       if score_key:
         np.testing.assert_allclose(alone[score_key][~same],
                                    together[score_key][part][~same],
-                                   atol=1e-4)
+                                   rtol=0, atol=_bound(score_key))
     for name, value in together.items():
       split = value[part]
       assert split.shape[0] == alone[name].shape[0], name
@@ -70,8 +82,8 @@ def _split_equals_alone(function, first, second, text_key=None,
       if split.dtype.kind in "SOiub":
         np.testing.assert_array_equal(split[same], expected, err_msg=name)
       else:
-        np.testing.assert_allclose(split[same], expected, atol=1e-4,
-                                   err_msg=name)
+        np.testing.assert_allclose(split[same], expected, rtol=0,
+                                   atol=_bound(name), err_msg=name)
 
 
 @pytest.mark.parametrize("signature", ["serving_default", "nbest",

@@ -30,6 +30,7 @@ from tf_transformer.run import run_dir
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.special_ids import PAD_ID
 from conftest import run_script
+from float32_bounds import LOG_PROB, sentence
 import training_helpers
 
 SOURCES = [s for s, _ in numbers.generate({"test": 12}, seed=9)["test"]]
@@ -134,10 +135,12 @@ def test_outputs_lie_in_the_shortlist_scored_over_it(run, method):
   mask = tf.sequence_mask(target.row_lengths(), tf.shape(local)[1])
   total = tf.reduce_sum(tf.where(mask, picked, 0.0), 1)
   penalty = length_penalty(target.row_lengths(), options.length_penalty_alpha)
-  np.testing.assert_allclose(scores[:, 0], total / penalty, atol=1e-4)
+  # The cached step and teacher forcing: two paths (float32_bounds).
+  np.testing.assert_allclose(scores[:, 0], total / penalty, rtol=0,
+                             atol=sentence(ids.shape[-1]))
   # Over fewer pieces, the same hypothesis scores at least as well.
   full = decode(model, source_ids, options)[1][:, 0]
-  assert np.mean(scores[:, 0]) >= np.mean(full) - 1e-4
+  assert np.mean(scores[:, 0]) >= np.mean(full) - sentence(ids.shape[-1])
 
 
 def _whole_vocabulary(vocab):
@@ -171,7 +174,10 @@ def test_a_shortlist_of_every_piece_decodes_as_none(run, mode):
   listed = decode(model, source_ids, options,
                   shortlist=_whole_vocabulary(vocab), **kwargs)
   np.testing.assert_array_equal(plain[0], listed[0])
-  np.testing.assert_allclose(plain[1], listed[1], atol=1e-5)
+  # The output projection over gathered columns: other shapes, other
+  # kernels (float32_bounds).
+  np.testing.assert_allclose(plain[1], listed[1], rtol=0,
+                             atol=sentence(plain[0].shape[-1]))
 
 
 def test_an_export_takes_the_shortlist_and_scores_stay_full(run, tmp_path):
@@ -198,7 +204,8 @@ def test_an_export_takes_the_shortlist_and_scores_stay_full(run, tmp_path):
   # scores within float32 rounding: a traced function against eager ops).
   fresh = decode(listed.model, ids, listed.options, shortlist=shortlist)
   np.testing.assert_array_equal(stored[0], fresh[0])
-  np.testing.assert_allclose(stored[1], fresh[1], atol=1e-5)
+  np.testing.assert_allclose(stored[1], fresh[1], rtol=0,
+                             atol=sentence(stored[0].shape[-1]))
   with pytest.raises(ValueError, match="--shortlist with --xla"):
     TranslationModule(model, vocab, shortlist=shortlist, xla=True)
 
@@ -291,5 +298,7 @@ def test_ctranslate2_export_writes_the_table_as_its_vmap(
   for (values, pairs), (want, want_pairs) in zip(
       decoder.forced_alignments(SOURCES, references),
       plain.forced_alignments(SOURCES, references)):
-    np.testing.assert_allclose(values, want, rtol=0, atol=1e-5)
+    # The vocabulary map's output projection has other shapes: other
+    # kernels (float32_bounds).
+    np.testing.assert_allclose(values, want, rtol=0, atol=LOG_PROB)
     assert pairs == want_pairs

@@ -18,12 +18,13 @@ from tf_transformer.decoding.cache import BLOCK_LENGTH
 from tf_transformer.decoding.ensemble import Ensemble
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
+from float32_bounds import LOG_PROB, sentence
 
 SOURCE = tf.constant([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]])
 STEPS = BLOCK_LENGTH + 3  # two blocks
-# float32 logits of two orders of the same sums; bfloat16 keeps 8
+# float32: two paths' logits (float32_bounds); bfloat16 keeps 8
 # significant bits of logits of magnitude about 1 in these models.
-TOLERANCE = {"float32": 2e-5, "bfloat16": 0.1}
+TOLERANCE = {"float32": LOG_PROB, "bfloat16": 0.1}
 
 
 def _model(overrides="", dtype=None, seed=3):
@@ -121,7 +122,8 @@ def test_searches_score_what_teacher_forcing_gives(method, members):
       np.testing.assert_allclose(
           scores[row, rank],
           _teacher_forced(model, source, output) / float(penalty),
-          atol=1e-5, err_msg=f"row {row}, rank {rank}")
+          rtol=0, atol=sentence(len(output)),
+          err_msg=f"row {row}, rank {rank}")
 
 
 def test_a_step_writes_its_position_in_place():

@@ -19,8 +19,13 @@ from tf_transformer.data.text_batches import in_input_order, length_batches
 from tf_transformer.serving.translator import Translator
 from tf_transformer.serving.output import one_line
 from conftest import REPO, run_script
+from float32_bounds import sentence
 
 SOURCES = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
+# Two printed scores (4 decimals: 5e-5 each) of two paths (another batch,
+# another graph: float32_bounds) over outputs of at most 16 tokens (the
+# longest source's 7 with EOS, + 8).
+SCORE_BOUND = 2 * 5e-5 + sentence(16)
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +66,11 @@ def test_checkpoint_and_export_translate_alike(models, export_output):
     assert result.returncode == 0, result.stderr[-2000:]
   scores, translations = _scored_lines(export_output)
   assert len(translations) == 3
-  # The same translations; the scores to within float32 rounding (a batch
-  # of other sentences, or another graph, sums in another order) and the
-  # 4 printed decimals.
+  # The same translations; the scores within SCORE_BOUND.
   for other in (from_checkpoint, one_by_one):
     other_scores, other_translations = _scored_lines(other.stdout)
     assert other_translations == translations
-    np.testing.assert_allclose(other_scores, scores, atol=2e-4)
+    np.testing.assert_allclose(other_scores, scores, rtol=0, atol=SCORE_BOUND)
 
 
 def test_alignment_lines_from_an_export_and_a_checkpoint(models,
@@ -86,7 +89,7 @@ def test_alignment_lines_from_an_export_and_a_checkpoint(models,
     assert result.returncode == 0, result.stderr[-2000:]
   scores, lines = _scored_lines(aligned.stdout)
   plain_scores, translations = _scored_lines(export_output)
-  np.testing.assert_allclose(scores, plain_scores, atol=2e-4)
+  np.testing.assert_allclose(scores, plain_scores, rtol=0, atol=SCORE_BOUND)
   assert [line.split(" ||| ")[0] for line in lines] == translations
   assert [line.split(" ||| ")[0] for line in by_layer_1.stdout.splitlines()
           ] == translations
@@ -280,7 +283,8 @@ def test_the_python_example_in_the_docs_runs(models, export_output):
   scores, translations = _scored_lines(export_output)
   for line, text, score in zip(lines[:2], translations, scores):
     assert line.rsplit(" ", 1)[0] == text
-    assert float(line.rsplit(" ", 1)[1]) == pytest.approx(score, abs=2e-4)
+    assert float(line.rsplit(" ", 1)[1]) == pytest.approx(score,
+                                                          abs=SCORE_BOUND)
   assert 0.0 <= float(lines[2]) <= 1.0
   assert re.fullmatch(r"\[\(-[\d.e-]+, \[(-?[\d.e-]+(, )?)+\]\)\]", lines[3])
 
@@ -382,7 +386,8 @@ def test_each_buffer_is_written_before_more_input_is_read(models,
   scores, translations = _scored_lines(first + rest)
   expected_scores, expected = _scored_lines(export_output)
   assert translations == expected
-  np.testing.assert_allclose(scores, expected_scores, atol=2e-4)
+  np.testing.assert_allclose(scores, expected_scores, rtol=0,
+                             atol=SCORE_BOUND)
 
 
 def test_a_terminal_gets_each_line_as_it_is_typed(models, export_output):
