@@ -2,7 +2,7 @@
 greedy decoding in NumPy over the model's teacher-forced log-probabilities
 (float64 from its float32 logits), by the rules of our search
 (decoding/beam_search.py, decoding/greedy.py) or of CTranslate2's (its
-decoding.cc, called as serving/ct2_runtime.py calls it), recording how near
+decoding.cc, called as translators/ct2_runtime.py calls it), recording how near
 each decision came to going the other way.
 
 Why a line may differ between two implementations of one search: per token,

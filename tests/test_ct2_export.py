@@ -15,13 +15,12 @@ from tf_transformer import build_model
 from tf_transformer import get_config
 from tf_transformer.data import numbers
 from tf_transformer.decoding import alignment
-from tf_transformer.serving import ct2_runtime
-from tf_transformer.serving.ct2_runtime import CT2Decoder
-from tf_transformer.serving.scorer import Scorer
+from tf_transformer.translators.ct2_runtime import CT2Decoder
+from tf_transformer.translators.scorer import Scorer
 from tf_transformer.decoding.search import DecodingOptions
 from tf_transformer.decoding.search import decode
-from tf_transformer.serving.translator import Translator
-from tf_transformer.serving import ct2_export
+from tf_transformer.translators.translator import Translator
+from tf_transformer.interop import ct2
 from tf_transformer.serving.translation_module import TranslationModule
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
@@ -43,7 +42,7 @@ def _trained(trained_numbers_run):
 def _best_of_each_engine(model, vocab, path, options, sources):
   """([(ids, score)] of our search, the same of CTranslate2's) for each
   source (its ids, EOS-terminated), batched by source length: CTranslate2's
-  output limit is per batch (serving/ct2_runtime.py), so each batch's is
+  output limit is per batch (translators/ct2_runtime.py), so each batch's is
   each of its sentences' own."""
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   decoder = CT2Decoder(path)
@@ -72,7 +71,7 @@ def _best_of_each_engine(model, vocab, path, options, sources):
 def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
   """Both engines decode the same model (per token within EPSILON of a
   float64 teacher-forced pass), but their beam searches differ in rules
-  (serving/ct2_runtime.py): CTranslate2 finishes only an EOS ranked among
+  (translators/ct2_runtime.py): CTranslate2 finishes only an EOS ranked among
   the best `beam_size` candidates of a step, ours also those ranked
   beam_size + 1 to 2 * beam_size; it stops once 2 * beam_size hypotheses
   have finished, ours by its own rules. So where their best translations
@@ -105,7 +104,7 @@ def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
   scores differ by at most 7e-6."""
   model, vocab = run_dir.load_trained_model(str(trained))
   options = DecodingOptions(method=method)
-  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"), options)
+  path = ct2.export(model, vocab, str(tmp_path / "ct2"), options)
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   sources = [ids + [EOS_ID] for ids in processor.encode(list(SOURCES))]
   ours, theirs = _best_of_each_engine(model, vocab, path, options, sources)
@@ -137,8 +136,8 @@ def test_nucleus_sampling_through_ctranslate2(trained, tmp_path):
   model, vocab = run_dir.load_trained_model(str(trained))
   options = DecodingOptions(method="sample", top_k=5, top_p=1e-6,
                             temperature=5.0, num_samples=2)
-  decoder = CT2Decoder(ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                                         options))
+  decoder = CT2Decoder(ct2.export(model, vocab, str(tmp_path / "ct2"),
+                                  options))
   assert decoder.options == options
   pieces = decoder.pieces(SOURCES[:40])
 
@@ -160,8 +159,8 @@ def test_bans_reach_ctranslate2(trained, tmp_path):
   the model would stop repeat a bigram unless it is banned."""
   model, vocab = run_dir.load_trained_model(str(trained))
   options = DecodingOptions(method="greedy")
-  decoder = CT2Decoder(ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                                         options))
+  decoder = CT2Decoder(ct2.export(model, vocab, str(tmp_path / "ct2"),
+                                  options))
   pieces = decoder.pieces(SOURCES[:40])
 
   def outputs(**bans):
@@ -213,8 +212,8 @@ def test_the_reference_tells_the_two_rules_apart():
 
 
 def _max_token_gap(model, vocab, tmp_path, sources, targets):
-  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                           DecodingOptions())
+  path = ct2.export(model, vocab, str(tmp_path / "ct2"),
+                    DecodingOptions())
   theirs = CT2Decoder(path).token_log_probs(sources, targets)
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   ours = token_log_probs(model, processor, sources, targets)
@@ -248,10 +247,11 @@ def test_refuses_keys_and_values_of_different_sizes(tmp_path):
   config = get_config("tiny", "d_k=8,d_v=16",
                       vocab_size=vocabulary().vocab_size)
   with pytest.raises(ValueError, match="d_k=8 and d_v=16"):
-    ct2_export.export(build_model(config), vocabulary(),
-                      str(tmp_path / "ct2"), DecodingOptions())
+    ct2.export(build_model(config), vocabulary(),
+               str(tmp_path / "ct2"), DecodingOptions())
 
 
+@pytest.mark.slow
 def test_scripts_take_either_export(trained, tmp_path):
   saved = tmp_path / "saved"
   ct2_dir = tmp_path / "ct2"
@@ -319,8 +319,8 @@ def test_alignments_from_the_chosen_layer_averaged_over_heads(trained,
   that rounding of each other (a near-tie either engine may break)."""
   model, vocab = run_dir.load_trained_model(str(trained))
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
-  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                           DecodingOptions(), alignment_layer=1)
+  path = ct2.export(model, vocab, str(tmp_path / "ct2"),
+                    DecodingOptions(), alignment_layer=1)
   decoder = CT2Decoder(path)
   sources = list(SOURCES[:24])  # uneven lengths: one padded batch
   aligned = decoder.aligned(sources)
@@ -360,11 +360,11 @@ def test_alignments_from_the_chosen_layer_averaged_over_heads(trained,
     Runner(str(trained)).export(str(tmp_path / "saved"), alignment_layer=1)
   with pytest.raises(ValueError, match="--alignment_layer=3: the model's "
                      "decoder has layers 1 to 2"):
-    ct2_export.export(model, vocab, str(tmp_path / "ct2_3"),
-                      DecodingOptions(), alignment_layer=3)
+    ct2.export(model, vocab, str(tmp_path / "ct2_3"),
+               DecodingOptions(), alignment_layer=3)
   # An export made before alignments (CTranslate2 returns the last layer's
   # first head there): asked to export again.
-  settings = tmp_path / "ct2" / ct2_runtime.DECODING_FILE
+  settings = tmp_path / "ct2" / ct2.DECODING_FILE
   saved = json.loads(settings.read_text())
   del saved["alignment_layer"]
   settings.write_text(json.dumps(saved))
@@ -387,8 +387,8 @@ def test_scorer_gives_what_the_savedmodel_signature_gives(trained, tmp_path):
   `score` signature's graph agree, long targets cut alike."""
   model, vocab = run_dir.load_trained_model(str(trained))
   module = TranslationModule(model, vocab, max_input_tokens=24)
-  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                           module.options, max_input_tokens=24)
+  path = ct2.export(model, vocab, str(tmp_path / "ct2"),
+                    module.options, max_input_tokens=24)
   sources = list(SOURCES[:16]) + ["seven"]
   targets = list(REFERENCES[:16]) + ["sieben " * 100]
   theirs = Scorer.from_export(path).score(sources, targets)
@@ -409,8 +409,8 @@ def test_target_prefix_through_ctranslate2(trained, tmp_path):
   gives its plain translation."""
   model, vocab = run_dir.load_trained_model(str(trained))
   module = TranslationModule(model, vocab, max_input_tokens=24)
-  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                           module.options, max_input_tokens=24)
+  path = ct2.export(model, vocab, str(tmp_path / "ct2"),
+                    module.options, max_input_tokens=24)
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   sources = list(SOURCES[:32])
   prefixes = [processor.decode(p[:2]) for p in processor.encode(
@@ -460,9 +460,9 @@ def test_forced_alignments_are_the_savedmodel_signatures(trained, tmp_path):
   pairs are the same but at near-ties; an empty target aligns nothing."""
   model, vocab = run_dir.load_trained_model(str(trained))
   module = TranslationModule(model, vocab, max_input_tokens=24)
-  path = ct2_export.export(model, vocab, str(tmp_path / "ct2"),
-                           module.options, max_input_tokens=24,
-                           alignment_layer=1)
+  path = ct2.export(model, vocab, str(tmp_path / "ct2"),
+                    module.options, max_input_tokens=24,
+                    alignment_layer=1)
   sources = list(SOURCES[:16]) + ["seven", "seven"]
   targets = list(REFERENCES[:16]) + ["sieben " * 100, ""]
   theirs = Scorer.from_export(path, alignment=True).score(sources, targets)

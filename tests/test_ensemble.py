@@ -14,7 +14,7 @@ from tf_transformer.decoding import search
 from tf_transformer.decoding.ensemble import Ensemble
 from tf_transformer.decoding.ensemble import EnsembleStep
 from tf_transformer.decoding.step import Step
-from tf_transformer.serving.translator import Translator
+from tf_transformer.translators.translator import Translator
 from tf_transformer.data import prepare
 from tf_transformer.run import loading
 from tf_transformer.run import run_dir

@@ -31,7 +31,7 @@ from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
-from tf_transformer.serving.translator import Translator
+from tf_transformer.translators.translator import Translator
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import TRAINED_EXPORT
 from conftest import UNTRAINED_EXPORT_OFFSET as OFFSET

@@ -10,13 +10,17 @@ import pytest
 
 from conftest import REPO
 
+ABOVE_DECODING = {"training", "serving", "interop", "translators", "run",
+                  "cli"}
 # Package -> the tf_transformer packages it must not import.
 FORBIDDEN = {
-    "layers": {"data", "decoding", "training", "serving", "run", "cli"},
-    "data": {"layers", "decoding", "training", "serving", "run", "cli"},
-    "decoding": {"training", "serving", "run", "cli"},
-    "training": {"serving", "run", "cli"},
-    "serving": {"training", "run", "cli"},
+    "layers": {"data", "decoding"} | ABOVE_DECODING,
+    "data": {"layers", "decoding"} | ABOVE_DECODING,
+    "decoding": ABOVE_DECODING,
+    "training": ABOVE_DECODING - {"training"},
+    "serving": ABOVE_DECODING - {"serving"},
+    "interop": ABOVE_DECODING - {"interop"},
+    "translators": {"training", "run", "cli"},
     "run": {"cli"},
 }
 
@@ -47,6 +51,30 @@ def test_no_upward_imports(package):
   assert not found, "\n".join(found)
 
 
+def test_each_model_format_imports_only_what_the_formats_share():
+  """interop/: one module a format; none imports another format's module,
+  only interop/common.py."""
+  found = []
+  for path in glob.glob(os.path.join(REPO, "tf_transformer", "interop",
+                                     "*.py")):
+    with open(path, encoding="utf-8") as f:
+      tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+      names = ([node.module] + [f"{node.module}.{a.name}" for a in node.names]
+               if isinstance(node, ast.ImportFrom) and node.module else
+               [a.name for a in node.names] if isinstance(node, ast.Import)
+               else [])
+      for name in names:
+        parts = name.split(".")
+        if parts[:2] == ["tf_transformer", "interop"] and len(parts) > 2 and (
+            parts[2] != "common"):
+          found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} "
+                       f"imports {name}")
+  assert len(glob.glob(os.path.join(REPO, "tf_transformer", "interop",
+                                    "*.py"))) >= 5  # the formats, common
+  assert not found, "\n".join(found)
+
+
 def test_the_package_never_imports_the_measuring_tools():
   """benchmarks/ stands beside the package and is not installed: nothing
   in tf_transformer may import its library, `bench`."""
@@ -62,3 +90,20 @@ def test_the_package_never_imports_the_measuring_tools():
       if any(name and name.split(".")[0] == "bench" for name in names):
         found.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
   assert not found, found
+
+
+def test_the_moved_modules_old_names_still_import():
+  """Release 1.1 moved the model formats to interop/ and the translators to
+  translators/: `from tf_transformer.serving import marian_import` (as
+  release 1.0's docs wrote it) still gives the module, with a
+  DeprecationWarning naming where it is now."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  serving = importlib.import_module("tf_transformer.serving")
+  assert len(serving.MOVED) == 8
+  for old, new in serving.MOVED.items():
+    vars(serving).pop(old, None)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+      module = getattr(serving, old)
+    assert module is importlib.import_module(new)
+  with pytest.raises(AttributeError, match="no attribute 'translators'"):
+    getattr(serving, "translators")

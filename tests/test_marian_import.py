@@ -1,4 +1,4 @@
-"""A Transformers `MarianMTModel` imported (serving/marian_import.py) is the
+"""A Transformers `MarianMTModel` imported (interop/marian.py) is the
 same model: teacher-forced log-probabilities, greedy and beam outputs equal
 Transformers' own on a tiny random model saved with `save_pretrained`, for
 each activation, shared and separate embeddings; what it cannot represent
@@ -19,7 +19,7 @@ from conftest import run_script
 from float32_bounds import log_prob_bound
 from tf_transformer import special_ids
 from tf_transformer.decoding import search
-from tf_transformer.serving import marian_import
+from tf_transformer.interop import marian
 
 VOCAB = 60
 PAD, EOS, UNK = VOCAB - 1, 0, 1  # Marian's layout: </s> 0, <unk> 1, <pad> last
@@ -75,7 +75,7 @@ def test_log_probs_equal_transformers(tmp_path, activation, share):
   masked by each engine's own rule, a target's after its end), each real
   position's log-probabilities are the same."""
   theirs_model = _save(str(tmp_path), activation, share)
-  imported = marian_import.from_transformers(str(tmp_path))
+  imported = marian.from_transformers(str(tmp_path))
   ours_id = np.argsort(imported.order)  # published id -> ours
   sources, targets = zip(*_pairs(50))
   padded = lambda rows, pad: keras.utils.pad_sequences(
@@ -122,9 +122,10 @@ def _ours(imported, sources, **options):
           for row in ids.numpy()[:, 0]]
 
 
+@pytest.mark.slow
 def test_greedy_and_beam_equal_transformers(tmp_path):
   theirs_model = _save(str(tmp_path))
-  imported = marian_import.from_transformers(str(tmp_path))
+  imported = marian.from_transformers(str(tmp_path))
   sources = [source for source, _ in _pairs(40, seed=1)]
   greedy = _ours(imported, sources, method="greedy")
   beam = _ours(imported, sources, beam_size=4, length_penalty_alpha=0.0)
@@ -142,7 +143,7 @@ def test_output_piece_at_bos_id_is_generated(tmp_path):
   """With a zero-vector start, BOS_ID holds an ordinary piece that a search
   may output (Marian's first piece after its specials)."""
   _save(str(tmp_path))
-  imported = marian_import.from_transformers(str(tmp_path))
+  imported = marian.from_transformers(str(tmp_path))
   assert imported.order[special_ids.BOS_ID] == 2
   assert special_ids.never_output(
       imported.model.config.model.decoder_start) == (special_ids.PAD_ID,)
@@ -174,7 +175,7 @@ def test_refusals_name_the_setting(tmp_path, change, needle):
   config.update(change)
   path.write_text(json.dumps(config))
   with pytest.raises(ValueError) as error:
-    marian_import.from_transformers(str(tmp_path))
+    marian.from_transformers(str(tmp_path))
   assert needle in str(error.value)
   assert len(str(error.value).splitlines()) == 1
 
@@ -184,16 +185,16 @@ def test_bad_files_are_refused(tmp_path):
   weights = tmp_path / "model.safetensors"
   weights.write_bytes(weights.read_bytes()[:1000])
   with pytest.raises(ValueError, match="model.safetensors: unreadable"):
-    marian_import.from_transformers(str(tmp_path))
+    marian.from_transformers(str(tmp_path))
   vocab = json.loads((tmp_path / "vocab.json").read_text())
   del vocab["p7"]
   (tmp_path / "vocab.json").write_text(json.dumps(vocab))
   with pytest.raises(ValueError, match="vocab.json: 59 pieces, but "
                      "config.json's vocab_size is 60"):
-    marian_import.from_transformers(str(tmp_path))
+    marian.from_transformers(str(tmp_path))
   (tmp_path / "vocab.json").unlink()
   with pytest.raises(ValueError, match="vocab.json: missing"):
-    marian_import.from_transformers(str(tmp_path))
+    marian.from_transformers(str(tmp_path))
 
 
 SENTENCES = ["the cat sat on the mat", "a dog ran in the park",
@@ -314,7 +315,7 @@ def test_imported_run_translates_text_as_transformers(tmp_path):
   assert np.all(np.isfinite(scored["log_prob"].numpy()))
   # Its CTranslate2 export scores as the SavedModel (<pad> stays in the
   # softmax as in Transformers: CTranslate2's own converter drops it).
-  from tf_transformer.serving.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
+  from tf_transformer.translators.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
   ct2 = CT2Decoder(Runner(str(run)).export(
       str(tmp_path / "ct2"), format="ctranslate2", method="greedy",
       max_decode_length_offset=8))
@@ -360,7 +361,7 @@ def test_pytorch_weights_only_with_torch(tmp_path, monkeypatch):
   theirs_model = _save(str(tmp_path))
   (tmp_path / "model.safetensors").unlink()
   torch.save(theirs_model.state_dict(), str(tmp_path / "pytorch_model.bin"))
-  from_bin = marian_import.from_transformers(str(tmp_path))
+  from_bin = marian.from_transformers(str(tmp_path))
   source, target = next(_pairs(1))
   ours_id = np.argsort(from_bin.order)
   with torch.no_grad():
@@ -373,6 +374,6 @@ def test_pytorch_weights_only_with_torch(tmp_path, monkeypatch):
                 .numpy()).max() < log_prob_bound(logits.numpy())
   monkeypatch.setitem(__import__("sys").modules, "torch", None)
   with pytest.raises(ValueError) as error:
-    marian_import.from_transformers(str(tmp_path))
+    marian.from_transformers(str(tmp_path))
   assert "pytorch_model.bin: reading it needs torch" in str(error.value)
   assert len(str(error.value).splitlines()) == 1

@@ -1,5 +1,5 @@
 """A Marian release (model .npz with `special:model.yml`, *.vocab.yml,
-source.spm, target.spm) imported (serving/marian_npz.py) scores as
+source.spm, target.spm) imported (interop/marian_npz.py) scores as
 CTranslate2's own `MarianConverter` conversion of the same files does, for
 tied, target-tied and untied embeddings, relu and swish, post- and
 pre-norm; what it cannot represent is refused in one line, and a refused
@@ -17,7 +17,7 @@ import tensorflow as tf
 from conftest import run_script
 from tf_transformer import special_ids
 from tf_transformer.run.import_run import import_marian
-from tf_transformer.serving import marian_npz
+from tf_transformer.interop import marian_npz
 
 from test_marian_import import SENTENCES, _spm  # pylint: disable=g-bad-import-order
 from training_helpers import UNCOMPILED_FLAGS
@@ -245,7 +245,7 @@ def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
   assert shown["encoder_decoder"].shape[:3] == (1, LAYERS, HEADS)
   # The run's own CTranslate2 export: the SavedModel's translations and
   # CTranslate2's scores of the same texts, a target-language token too.
-  from tf_transformer.serving.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
+  from tf_transformer.translators.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
   ct2 = CT2Decoder(Runner(str(run)).export(
       str(tmp_path / "run_ct2"), format="ctranslate2", method="greedy",
       max_decode_length_offset=8))

@@ -1,4 +1,4 @@
-"""An OpenNMT-tf Transformer imported (serving/opennmt_import.py) from its
+"""An OpenNMT-tf Transformer imported (interop/opennmt_tf.py) from its
 checkpoint with TensorFlow alone is the same model: per-token
 log-probabilities within 1e-4 of OpenNMT-tf's own scoring and its greedy
 outputs, on the reference OpenNMT-tf 2.32.0 made (tests/data/opennmt/, a
@@ -19,7 +19,7 @@ from tf_transformer.data import sequences
 from tf_transformer.decoding import scoring
 from tf_transformer.run import import_run
 from tf_transformer.run import loading
-from tf_transformer.serving import opennmt_import
+from tf_transformer.interop import opennmt_tf
 from tf_transformer.training import evaluator
 from training_helpers import UNCOMPILED_FLAGS
 
@@ -50,7 +50,7 @@ def _reference(name):
 
 
 def _import(name, model_dir, path=None):
-  kind = opennmt_import.model_type("custom", 4, ACTIVATION[name])
+  kind = opennmt_tf.model_type("custom", 4, ACTIVATION[name])
   return import_run.import_opennmt(
       path or os.path.join(DATA, name), str(model_dir), kind,
       (VOCABULARY,) * 2, (SENTENCEPIECE,) * 2)
@@ -107,13 +107,14 @@ def _all_ops(path):
   return ops(path)
 
 
+@pytest.mark.slow
 def test_command_imports_a_run_that_exports(tmp_path):
   """bin/import_model.py says the format; the run's SavedModel (every
   signature, stock ops only) and CTranslate2 export translate and score as
   OpenNMT-tf did."""
   from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
-  from tf_transformer.serving.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
+  from tf_transformer.translators.ct2_runtime import CT2Decoder  # pylint: disable=g-import-not-at-top
   run = tmp_path / "run"
   result = run_script(
       "import_model.py", f"--from={DATA}/three", f"--model_dir={run}",
@@ -273,7 +274,7 @@ def test_vocabulary_refusals_name_the_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=needle):
       import_run.import_opennmt(
           os.path.join(DATA, "shared"), str(tmp_path / "run"),
-          opennmt_import.model_type("custom", 4, "relu"), (str(path),) * 2,
+          opennmt_tf.model_type("custom", 4, "relu"), (str(path),) * 2,
           (SENTENCEPIECE,) * 2)
   swapped = tmp_path / "swapped"
   swapped.write_text("\n".join(tokens[:3] + tokens[4:5] + tokens[3:4]
@@ -281,26 +282,26 @@ def test_vocabulary_refusals_name_the_file_and_line(tmp_path):
   with pytest.raises(ValueError, match="one joint vocabulary"):
     import_run.import_opennmt(
         os.path.join(DATA, "shared"), str(tmp_path / "run"),
-        opennmt_import.model_type("custom", 4, "relu"),
+        opennmt_tf.model_type("custom", 4, "relu"),
         (VOCABULARY, str(swapped)), (SENTENCEPIECE,) * 2)
   with pytest.raises(FileNotFoundError, match="no such SentencePiece model"):
     import_run.import_opennmt(
         os.path.join(DATA, "shared"), str(tmp_path / "run"),
-        opennmt_import.model_type("custom", 4, "relu"), (VOCABULARY,) * 2,
+        opennmt_tf.model_type("custom", 4, "relu"), (VOCABULARY,) * 2,
         (str(tmp_path / "missing.model"),) * 2)
   assert not (tmp_path / "run").exists()
 
 
 def test_model_type_refusals_and_flags(tmp_path):
-  assert opennmt_import.model_type("TransformerBig").num_heads == 16
-  assert opennmt_import.model_type("ScalingNmtEnDe").source_eos
+  assert opennmt_tf.model_type("TransformerBig").num_heads == 16
+  assert opennmt_tf.model_type("ScalingNmtEnDe").source_eos
   for args, needle in ((("TransformerBaseRelative",), "relative positions"),
                        (("NoSuchModel",), "one of"),
                        (("custom",), "needs --num_heads and --activation"),
                        (("Transformer", 4, "relu"), "fixes them"),
                        (("custom", 4, "gelu"), "--activation=gelu")):
     with pytest.raises(ValueError, match=needle):
-      opennmt_import.model_type(*args)
+      opennmt_tf.model_type(*args)
   run = tmp_path / "run"
   # Refused flags answer in the two lines of any refused flag.
   for args, needle in (
@@ -335,7 +336,7 @@ def test_tokenization_configs(tmp_path):
   for number, (text, model) in enumerate(cases.items()):
     path = tmp_path / f"ok{number}.yml"
     path.write_text(text)
-    assert opennmt_import.tokenization_model(str(path)) == os.path.join(
+    assert opennmt_tf.tokenization_model(str(path)) == os.path.join(
         str(tmp_path), model)
   for text, needle in (
       ("mode: aggressive\nsp_model_path: sp.model\n", "mode: aggressive"),
@@ -347,7 +348,7 @@ def test_tokenization_configs(tmp_path):
     path = tmp_path / "bad.yml"
     path.write_text(text)
     with pytest.raises(ValueError, match=needle):
-      opennmt_import.tokenization_model(str(path))
+      opennmt_tf.tokenization_model(str(path))
   config = tmp_path / "tok.yml"
   config.write_text(f"mode: none\nsp_model_path: {SENTENCEPIECE}\n")
   result = run_script(

@@ -13,7 +13,7 @@ import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
 from tf_transformer.data import numbers
 from tf_transformer.decoding import alignment
 from tf_transformer.run import run_dir
-from tf_transformer.serving.scorer import Scorer
+from tf_transformer.translators.scorer import Scorer
 from tf_transformer.special_ids import BOS_ID, EOS_ID
 from conftest import TRAINED_EXPORT, load_saved_model, run_script
 from float32_bounds import ATTENTION, LOG_PROB, SUM_RTOL, sentence
@@ -272,13 +272,14 @@ def test_length_batches_score_as_file_order(exported):
     assert total == pytest.approx(want_total, abs=sentence(len(tokens)))
 
 
+@pytest.mark.slow
 def test_an_export_of_an_earlier_release_is_asked_to_export_again(
     trained_numbers_run, tmp_path):
   """A SavedModel without every signature of release 1.0 (as 0.1's
   development versions wrote before `forced_alignment` or `alignment`
   existed) is refused by name, by the translator and the scorer alike."""
   from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
-  from tf_transformer.serving.translator import Translator  # pylint: disable=g-import-not-at-top
+  from tf_transformer.translators.translator import Translator  # pylint: disable=g-import-not-at-top
   module = loading.translation_module(str(trained_numbers_run))
   path = str(tmp_path / "before")
   tf.saved_model.save(module, path, signatures={

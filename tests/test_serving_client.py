@@ -24,8 +24,8 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from tf_transformer.serving import client
 from tf_transformer.serving.output import score_line
-from tf_transformer.serving.scorer import Scorer
-from tf_transformer.serving.translator import Translator
+from tf_transformer.translators.scorer import Scorer
+from tf_transformer.translators.translator import Translator
 from conftest import load_saved_model, run_script
 
 TEXTS = ["four hundred and twenty-one", "seven", ""]

@@ -261,7 +261,8 @@ def test_ctranslate2_export_writes_the_table_as_its_vmap(
   under the empty source, each source piece's candidates; the runtime
   decodes with it, outputs inside the batch's map."""
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
-  from tf_transformer.serving import ct2_runtime  # pylint: disable=g-import-not-at-top
+  from tf_transformer.interop import ct2  # pylint: disable=g-import-not-at-top
+  from tf_transformer.translators import ct2_runtime  # pylint: disable=g-import-not-at-top
   _, vocab, table = run
   directory = tmp_path / "run"
   shutil.copytree(trained_numbers_run, directory)
@@ -269,7 +270,7 @@ def test_ctranslate2_export_writes_the_table_as_its_vmap(
   path = Runner(str(directory)).export(str(tmp_path / "ct2"),
                                        format="ctranslate2",
                                        shortlist=(2, 5))
-  lines = (tmp_path / "ct2" / ct2_runtime.VMAP_FILE).read_text(
+  lines = (tmp_path / "ct2" / ct2.VMAP_FILE).read_text(
       encoding="utf-8").splitlines()
   processor = vocab.make_tokenizer()
   piece = lambda i: processor.id_to_string(i).numpy().decode()

@@ -51,14 +51,14 @@ def _model(overrides="", dtype=None, seed=3):
     ("share_embeddings=false,d_k=8,d_v=24", 2, "graph", "float32"),
     ("", 2, "graph", "bfloat16"), ("norm_position=pre", 2, "eager",
                                    "bfloat16"),
-    # Marian's options (serving/marian_import.py).
+    # Marian's options (interop/marian.py).
     ("activation=swish,positional_encoding=sinusoidal_halves,"
      "decoder_start=zero,output_bias=true", 2, "graph", "float32"),
     ("activation=gelu,decoder_start=zero,output_bias=true", 3, "xla",
      "float32"),
     ("activation=swish,positional_encoding=sinusoidal_halves,"
      "output_bias=true", 2, "eager", "bfloat16"),
-    # OpenNMT-tf's (serving/opennmt_import.py).
+    # OpenNMT-tf's (interop/opennmt_tf.py).
     ("norm_position=pre,activation=gelu_tanh,layer_norm_epsilon=0.001,"
      "positional_encoding=sinusoidal_opennmt,output_bias=true", 2, "xla",
      "float32")])

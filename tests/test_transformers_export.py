@@ -1,4 +1,4 @@
-"""bin/export.py --format=transformers (serving/transformers_export.py): a
+"""bin/export.py --format=transformers (interop/marian.py): a
 MarianMTModel directory that Transformers' MarianTokenizer and
 MarianMTModel load with no code of ours, computing what our model computes;
 an imported Marian model exports back, and an export imports to the same
@@ -25,8 +25,7 @@ from tf_transformer import special_ids
 from tf_transformer.decoding import search
 from tf_transformer.run import loading
 from tf_transformer.run.runner import Runner
-from tf_transformer.serving import marian_import
-from tf_transformer.serving import transformers_export
+from tf_transformer.interop import marian
 
 # Transformers' layer normalization adds 1e-5 to the variance, ours 1e-6: a
 # relative change under 1e-5 of each normalized value at these activations'
@@ -51,7 +50,7 @@ def _model(overrides=""):
 
 
 def _export(model, directory, beam_size=4):
-  return transformers_export.export(
+  return marian.export(
       model, vocabulary(), str(directory),
       search.DecodingOptions(beam_size=beam_size))
 
@@ -129,12 +128,13 @@ def test_the_interleaved_sinusoids_are_a_permutation_of_the_halves():
   d_model = 32
   ours = sinusoid_table(np.arange(50), d_model).numpy()
   theirs = MarianSinusoidalPositionalEmbedding(50, d_model).create_weight()
-  order = transformers_export.interleaved_to_halves(d_model)
+  order = marian.interleaved_to_halves(d_model)
   # Ours computes the angles in float32, Transformers' in float64: at
   # position 50 an angle's float32 rounding is up to 50 x 6e-8 = 3e-6.
   np.testing.assert_allclose(ours[:, order], theirs.numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_command_exports_a_trained_run_that_translates_as_ours(
     trained_numbers_run, tmp_path):
   """bin/export.py --format=transformers on a trained run loads in
@@ -235,7 +235,7 @@ def test_an_imported_marian_model_exports_back_and_imports_bit_for_bit(
                           max_new_tokens=10)
     assert original.decode(a[0], skip_special_tokens=True) == (
         tokenizer.decode(b[0], skip_special_tokens=True))
-  imported = marian_import.from_transformers(exported)
+  imported = marian.from_transformers(exported)
   assert list(imported.order) == list(range(len(imported.order)))
   ours, _, _ = loading.trained(str(run))
   for a, b in zip(ours.get_weights(), imported.model.get_weights()):
@@ -246,7 +246,7 @@ def test_an_export_of_the_papers_model_imports_to_its_weights_permuted(
     tmp_path):
   model = _model()
   path = _export(model, tmp_path / "hf")
-  imported = marian_import.from_transformers(path)
+  imported = marian.from_transformers(path)
   assert imported.model.config.model.decoder_start == "bos"
   assert imported.model.config.model.positional_encoding == (
       "sinusoidal_halves")

@@ -16,7 +16,7 @@ import sacrebleu
 
 from tf_transformer import evaluation
 from tf_transformer.data.text_batches import in_input_order, length_batches
-from tf_transformer.serving.translator import Translator
+from tf_transformer.translators.translator import Translator
 from tf_transformer.serving.output import one_line
 from conftest import REPO, run_script
 from float32_bounds import sentence

@@ -124,7 +124,7 @@ def _exports(model_dir, directory, settings, log):
   from tf_transformer.run import loading
   from tf_transformer.run import run_dir
   from tf_transformer.run.runner import Runner
-  from tf_transformer.serving import ct2_export
+  from tf_transformer.interop import ct2
   from tf_transformer.serving import export as export_lib
   model, vocabulary = run_dir.load_trained_model(model_dir)
   models = {"float32": model}
@@ -153,7 +153,7 @@ def _exports(model_dir, directory, settings, log):
           directory, f"{search}_xla{int(xla)}_p{int(parallel)}_{dtype}_"
           f"shortlist{int(listed)}"))
   for key in {_key(d) for d in decoders if d.kind == "ctranslate2"}:
-    paths[key] = ct2_export.export(
+    paths[key] = ct2.export(
         model, vocabulary, os.path.join(directory, f"ct2_{int(key[0])}"),
         beam, shortlist=shortlist if key[0] else None)
   return paths, beam

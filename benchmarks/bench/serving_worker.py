@@ -59,7 +59,7 @@ def _ctranslate2(request, inter_threads=1):
   def translate(texts):
     pieces = processor.encode(texts, out_type=str)
     # Our limit: the longest source + its EOS + the offset, EOS included
-    # (serving/ct2_runtime.py).
+    # (translators/ct2_runtime.py).
     results = translator.translate_batch(
         pieces, max_decoding_length=max(len(p) for p in pieces) + 1 + offset,
         **search)

@@ -1,9 +1,9 @@
 r"""Imports a published or foreign model as a run directory that
 bin/export.py, bin/translate.py, bin/evaluate.py, bin/score.py and
 bin/train.py --init_from take (docs/serving.md): a Transformers
-MarianMTModel directory (`tf_transformer/serving/marian_import.py`), a
-Marian release (`tf_transformer/serving/marian_npz.py`) or an OpenNMT-tf
-Transformer's checkpoint (`tf_transformer/serving/opennmt_import.py`).
+MarianMTModel directory (`tf_transformer/interop/marian.py`), a
+Marian release (`tf_transformer/interop/marian_npz.py`) or an OpenNMT-tf
+Transformer's checkpoint (`tf_transformer/interop/opennmt_tf.py`).
 
   bin/import_model.py --from=opus-mt-en-de --model_dir=runs/opus-mt-en-de
   bin/import_model.py --from=onmt_run --opennmt_model=TransformerBase \
@@ -78,7 +78,7 @@ def _pair(name):
 
 
 def _import_opennmt(import_run):
-  from tf_transformer.serving import opennmt_import  # pylint: disable=g-import-not-at-top
+  from tf_transformer.interop import opennmt_tf  # pylint: disable=g-import-not-at-top
   for name in ("opennmt_model", "vocabulary"):
     if getattr(FLAGS, name) is None:
       raise app.UsageError(f"--from={getattr(FLAGS, 'from')} is an "
@@ -87,12 +87,12 @@ def _import_opennmt(import_run):
     raise app.UsageError("an OpenNMT-tf checkpoint needs one of "
                          "--sentencepiece and --tokenization")
   try:
-    kind = opennmt_import.model_type(FLAGS.opennmt_model, FLAGS.num_heads,
-                                     FLAGS.activation)
+    kind = opennmt_tf.model_type(FLAGS.opennmt_model, FLAGS.num_heads,
+                                 FLAGS.activation)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   sentencepieces = (_pair("sentencepiece") if FLAGS.tokenization is None
-                    else tuple(opennmt_import.tokenization_model(p)
+                    else tuple(opennmt_tf.tokenization_model(p)
                                for p in _pair("tokenization")))
   return import_run.import_opennmt(
       getattr(FLAGS, "from"), FLAGS.model_dir, kind, _pair("vocabulary"),

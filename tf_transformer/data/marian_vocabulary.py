@@ -223,7 +223,7 @@ class MarianVocabulary:
 
 class MarianPieces:
   """The same text <-> pieces as `MarianTokenizer`, in Python, for engines
-  that take pieces (CTranslate2, `serving/ct2_runtime.py`) and for
+  that take pieces (CTranslate2, `translators/ct2_runtime.py`) and for
   tokenizing a training corpus (`token_store`).
 
   Args:

@@ -8,7 +8,7 @@ natural log, the target's subwords and its EOS, no length penalty.
 `score_texts` scores strings with a model's call; the export's `score`
 signature computes the same from the teacher-forced pass it shares with the
 attention signatures (`target_labels`, `label_log_probs`, `scores_of`).
-`serving/scorer.py` runs a signature, or CTranslate2's `score_batch`, over
+`translators/scorer.py` runs a signature, or CTranslate2's `score_batch`, over
 lists of lines.
 """
 

@@ -2,9 +2,9 @@
 (`bin/import_model.py`): config.json, the checkpoint ckpt-1 and the
 vocabulary (`data/marian_vocabulary.py`), written under a temporary name
 and renamed, so a failed import leaves nothing. Three formats: a
-Transformers MarianMTModel directory (`serving/marian_import.py`), a
-Marian release (`serving/marian_npz.py`) and an OpenNMT-tf checkpoint
-(`serving/opennmt_import.py`), whose vocabulary is kept in the same form
+Transformers MarianMTModel directory (`interop/marian.py`), a
+Marian release (`interop/marian_npz.py`) and an OpenNMT-tf checkpoint
+(`interop/opennmt_tf.py`), whose vocabulary is kept in the same form
 (`data/marian_vocabulary.py`)."""
 
 import os
@@ -15,9 +15,9 @@ import tensorflow as tf
 from tf_transformer import whole_dir
 from tf_transformer.data.marian_vocabulary import MarianVocabulary
 from tf_transformer.run import run_dir
-from tf_transformer.serving import marian_import
-from tf_transformer.serving import marian_npz
-from tf_transformer.serving import opennmt_import
+from tf_transformer.interop import marian
+from tf_transformer.interop import marian_npz
+from tf_transformer.interop import opennmt_tf
 
 TRANSFORMERS = "a Transformers MarianMTModel directory"
 MARIAN = "a Marian release"
@@ -26,12 +26,12 @@ OPENNMT = "an OpenNMT-tf checkpoint"
 
 def detect_format(path):
   """Which of `TRANSFORMERS`, `MARIAN` and `OPENNMT` `path` holds."""
-  if opennmt_import.is_checkpoint(path):
+  if opennmt_tf.is_checkpoint(path):
     return OPENNMT
   if not tf.io.gfile.isdir(path):
     raise FileNotFoundError(f"--from={path}: no such directory or "
                             "checkpoint")
-  if tf.io.gfile.exists(os.path.join(path, marian_import.CONFIG)):
+  if tf.io.gfile.exists(os.path.join(path, marian.CONFIG)):
     return TRANSFORMERS
   return MARIAN
 
@@ -79,7 +79,7 @@ def import_marian(source_dir, model_dir):
                      "--opennmt_model, --vocabulary and --sentencepiece")
   if kind == TRANSFORMERS:
     vocabulary = MarianVocabulary.from_files(source_dir)
-    imported = marian_import.from_transformers(source_dir)
+    imported = marian.from_transformers(source_dir)
   else:
     imported, vocab_json = marian_npz.from_marian(source_dir)
     vocabulary = MarianVocabulary(
@@ -98,7 +98,7 @@ def import_opennmt(path, model_dir, kind, vocabularies, sentencepieces,
     path: its run directory (avg/'s average where there is one, else the
       latest checkpoint) or a checkpoint prefix.
     model_dir: the run directory to write; it must not exist.
-    kind: its `opennmt_import.ModelType`.
+    kind: its `opennmt_tf.ModelType`.
     vocabularies: (source, target) OpenNMT vocabulary files.
     sentencepieces: (source, target) SentencePiece models that cut the
       text into the vocabulary's pieces.
@@ -117,7 +117,7 @@ def import_opennmt(path, model_dir, kind, vocabularies, sentencepieces,
       raise FileNotFoundError(f"{spm_path}: no such SentencePiece model")
     with tf.io.gfile.GFile(spm_path, "rb") as f:
       files[name] = f.read()
-  imported, files["vocab.json"], said = opennmt_import.from_opennmt(
+  imported, files["vocab.json"], said = opennmt_tf.from_opennmt(
       path, vocabularies, kind, source_eos)
   vocabulary = MarianVocabulary(files, vocabularies[0])
   return _write(model_dir, imported, vocabulary, started, said)

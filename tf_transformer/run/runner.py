@@ -31,17 +31,17 @@ from tf_transformer.data import token_store
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding import ensemble as ensemble_lib
 from tf_transformer.decoding.search import refuse_xla_with_shortlist
-from tf_transformer.serving.scorer import Scorer
+from tf_transformer.translators.scorer import Scorer
 from tf_transformer.serving.translation_module import TranslationModule
-from tf_transformer.serving.translator import Translator
+from tf_transformer.translators.translator import Translator
 from tf_transformer.model import build_model
 from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import loading
 from tf_transformer.run import model_path
 from tf_transformer.run import run_config
 from tf_transformer.run import run_dir
-from tf_transformer.serving import ct2_export
-from tf_transformer.serving import transformers_export
+from tf_transformer.interop import ct2
+from tf_transformer.interop import marian
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import run_lock
 from tf_transformer.training import strategy as strategy_lib
@@ -231,7 +231,7 @@ class Runner:
                        "(CTranslate2 stores its types by --quantization; "
                        "a Transformers model is float32)")
     refuse_xla_with_shortlist(xla, bool(shortlist))
-    if shortlist and format == transformers_export.FORMAT:
+    if shortlist and format == marian.FORMAT:
       raise ValueError("--shortlist: a Transformers model has no vocabulary "
                        "shortlist; only --format=saved_model or ctranslate2")
     if checkpoint == "best" and not ensemble:
@@ -254,15 +254,15 @@ class Runner:
         on_stage(f"warning: {warning}")
     elif format == "saved_model" and export_lib.float32_note():
       on_stage(f"note: {export_lib.float32_note()}")
-    if format == transformers_export.FORMAT:
-      path = transformers_export.export(model, vocabulary, export_dir,
-                                        options, max_input_tokens)
+    if format == marian.FORMAT:
+      path = marian.export(model, vocabulary, export_dir,
+                           options, max_input_tokens)
       on_stage(f"wrote the Transformers MarianMTModel {path}")
       return path
     if format == "ctranslate2":
-      path = ct2_export.export(model, vocabulary, export_dir, options,
-                               max_input_tokens, quantization, shortlist,
-                               alignment_layer)
+      path = ct2.export(model, vocabulary, export_dir, options,
+                        max_input_tokens, quantization, shortlist,
+                        alignment_layer)
       on_stage(f"wrote the CTranslate2 model {path}")
       return path
     module = TranslationModule(model, vocabulary, options, max_input_tokens,

@@ -3,7 +3,7 @@
 REST: POST http://HOST:8501/v1/models/NAME[/versions/V]:predict with the
 columnar ("inputs") format, answered by {"outputs": {...}} or {"error": ...}.
 gRPC: tensorflow.serving.PredictionService/Predict on HOST:8500, with the
-`tensorflow-serving-api` package (pip install "tf_transformer[serving]").
+`tensorflow-serving-api` package (`pip install ".[serving]"` in a clone).
 
 Both send raw strings to a signature of `serving/export.py` and return, per
 input, a list of (translation, score) pairs: one for `serving_default`, n
@@ -221,7 +221,8 @@ def _serving_api():
     from tensorflow_serving.apis import prediction_service_pb2_grpc
   except ImportError as e:
     raise ImportError("gRPC needs tensorflow-serving-api: pip install "
-                      "'tf_transformer[serving]'") from e
+                      "'tensorflow-serving-api~=2.21.0' (in a clone of "
+                      "tf_transformer: pip install '.[serving]')") from e
   return predict_pb2, prediction_service_pb2_grpc
 
 

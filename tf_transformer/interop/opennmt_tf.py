@@ -3,9 +3,9 @@
 OpenNMT-tf), its vocabulary file and the SentencePiece model its pieces
 came from.
 
-    imported, vocab_json, said = opennmt_import.from_opennmt(
+    imported, vocab_json, said = opennmt_tf.from_opennmt(
         "run/", ("vocab.txt", "vocab.txt"),
-        opennmt_import.model_type("TransformerBase"))
+        opennmt_tf.model_type("TransformerBase"))
 
 OpenNMT-tf's semantics, each a `ModelConfig` option: pre-norm with a final
 norm on each stack (or post-norm), layer normalization with Keras' epsilon
@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from tf_transformer.config import TransformerConfig
 from tf_transformer.data.marian_vocabulary import vocabulary_order
-from tf_transformer.serving.marian_import import Imported, assign, refuse
+from tf_transformer.interop.common import Imported, assign, refuse
 
 
 class ModelType(typing.NamedTuple):

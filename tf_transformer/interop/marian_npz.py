@@ -26,7 +26,7 @@ import numpy as np
 
 from tf_transformer.config import TransformerConfig
 from tf_transformer.data.marian_vocabulary import vocabulary_order
-from tf_transformer.serving.marian_import import (
+from tf_transformer.interop.common import (
     Imported, Weights, assign, refuse)
 
 MODEL_YML = "special:model.yml"
@@ -260,7 +260,7 @@ def from_marian(directory, dtype=None):
       target.spm are read by `MarianVocabulary`).
     dtype: a Keras dtype policy; None: the global one.
   Returns:
-    (`Imported` (`marian_import`), vocab.json's bytes: the joint
+    (`Imported` (`interop/common.py`), vocab.json's bytes: the joint
     vocabulary as `MarianVocabulary` keeps it).
   Raises:
     ValueError naming the file and the option or tensor it cannot import.

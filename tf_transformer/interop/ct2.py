@@ -1,8 +1,9 @@
-"""The same trained weights as a CTranslate2 model directory, the C++
+"""CTranslate2 model directories: the same trained weights for the C++
 inference engine OpenNMT-tf users serve with (and our speed yardstick).
+`translators/ct2_runtime.py` translates with them.
 
-    path = ct2_export.export(model, vocabulary, "saved_models/multi30k_ct2",
-                             options, max_input_tokens=256)
+    path = ct2.export(model, vocabulary, "saved_models/multi30k_ct2",
+                      options, max_input_tokens=256)
 
 The directory is self-contained: CTranslate2's `model.bin`, `config.json`
 and `shared_vocabulary.json`, plus `vocabulary.model` (the SentencePiece
@@ -41,19 +42,34 @@ import json
 import os
 
 import numpy as np
-import sentencepiece as spm
 
 from tf_transformer import whole_dir
 from tf_transformer.data import shortlist_table
-from tf_transformer.data.marian_vocabulary import MarianVocabulary
-from tf_transformer.serving.ct2_runtime import DECODING_FILE
-from tf_transformer.serving.ct2_runtime import VMAP_FILE
-from tf_transformer.serving.ct2_runtime import import_ctranslate2
+from tf_transformer.interop.common import vocabulary_pieces
 from tf_transformer.layers.embedding import sinusoid_table
 from tf_transformer.special_ids import BOS_ID, EOS_ID, UNK_ID
 
+DECODING_FILE = "tf_transformer.json"
+MODEL_FILE = "model.bin"  # what tells a CTranslate2 directory apart
+VMAP_FILE = "vmap.txt"  # CTranslate2's name for a vocabulary map
+
 # Positions a sinusoidal model may meet: CTranslate2 needs the table as rows.
 SINUSOID_ROWS = 1024
+
+
+def is_ct2_model(path) -> bool:
+  """Whether `path` is a CTranslate2 model directory (it has MODEL_FILE)."""
+  return os.path.isfile(os.path.join(path, MODEL_FILE))
+
+
+def import_ctranslate2():
+  """The ctranslate2 module; ImportError saying how to install it."""
+  try:
+    import ctranslate2  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError("a CTranslate2 model needs the ctranslate2 package: "
+                      'pip install -e ".[ctranslate2]"') from e
+  return ctranslate2
 
 
 def _specs():
@@ -99,20 +115,6 @@ def _positions(table, d_model, max_length, kind):
   rows = max(SINUSOID_ROWS, max_length)
   return sinusoid_table(np.arange(rows), d_model,
                         kind=kind).numpy()
-
-
-def sentencepiece_pieces(model_proto):
-  """Every piece of a SentencePiece model, in id order."""
-  processor = spm.SentencePieceProcessor(model_proto=model_proto)
-  return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-
-
-def vocabulary_pieces(vocabulary):
-  """Our ids' pieces: the SentencePiece model's, or an imported Marian
-  model's joint vocabulary in our order."""
-  if isinstance(vocabulary, MarianVocabulary):
-    return list(vocabulary.piece_list)
-  return sentencepiece_pieces(vocabulary.model_proto)
 
 
 # Our activations (config.ACTIVATIONS) by CTranslate2's names.

@@ -1,4 +1,4 @@
-"""Translating with a CTranslate2 export (`serving/ct2_export.py`): the same
+"""Translating with a CTranslate2 export (`interop/ct2.py`): the same
 text -> pieces -> search -> text contract as the SavedModel's `nbest`
 signature, run by CTranslate2's C++ engine.
 
@@ -54,10 +54,12 @@ from tf_transformer.data import marian_vocabulary
 from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.decoding import alignment as alignment_lib
 from tf_transformer.decoding.search import DecodingOptions
+from tf_transformer.interop.ct2 import DECODING_FILE
+from tf_transformer.interop.ct2 import MODEL_FILE
+from tf_transformer.interop.ct2 import VMAP_FILE
+from tf_transformer.interop.ct2 import import_ctranslate2
+from tf_transformer.interop.ct2 import is_ct2_model
 
-DECODING_FILE = "tf_transformer.json"
-MODEL_FILE = "model.bin"  # what tells a CTranslate2 directory apart
-VMAP_FILE = "vmap.txt"  # CTranslate2's name for a vocabulary map
 PATIENCE = 2  # see the module docstring
 
 
@@ -75,21 +77,6 @@ class _SentencePiece:
 
   def decode(self, pieces):
     return self.processor.decode(pieces)
-
-
-def is_ct2_model(path) -> bool:
-  """Whether `path` is a CTranslate2 model directory (it has MODEL_FILE)."""
-  return os.path.isfile(os.path.join(path, MODEL_FILE))
-
-
-def import_ctranslate2():
-  """The ctranslate2 module; ImportError saying how to install it."""
-  try:
-    import ctranslate2  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError("a CTranslate2 model needs the ctranslate2 package: "
-                      'pip install -e ".[ctranslate2]"') from e
-  return ctranslate2
 
 
 def gnmt_penalty(length, alpha):
@@ -337,7 +324,7 @@ class CT2Decoder:
 
   def best_with_attention(self, texts):
     """The same search as `nbest`, with CTranslate2's `return_attention`:
-    the export's alignment layer (`ct2_export`), heads averaged.
+    the export's alignment layer (`interop/ct2.py`), heads averaged.
 
     Args:
       texts: source strings.

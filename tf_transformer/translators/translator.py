@@ -6,7 +6,8 @@ import tensorflow as tf
 
 from tf_transformer.data.text_batches import batch_indices, in_input_order
 from tf_transformer.decoding import alignment as alignment_lib
-from tf_transformer.serving import ct2_runtime
+from tf_transformer.interop import ct2
+from tf_transformer.translators import ct2_runtime
 from tf_transformer.serving import export as export_lib
 
 
@@ -44,7 +45,7 @@ class Translator:
     Returns:
       The `Translator`; FileNotFoundError naming `path` if it is neither.
     """
-    if ct2_runtime.is_ct2_model(path):
+    if ct2.is_ct2_model(path):
       decoder = ct2_runtime.CT2Decoder(path, compute_type)
       return cls(decoder.nbest, decoder.nbest_size,
                  decoder.count_input_tokens, decoder.translate_with_prefix,
@@ -59,7 +60,7 @@ class Translator:
               f"{path.rstrip('/')}/{complete[-1]}")
     raise FileNotFoundError(
         f"{path}: neither a SavedModel (saved_model.pb) nor a CTranslate2 "
-        f"model ({ct2_runtime.MODEL_FILE}){hint}")
+        f"model ({ct2.MODEL_FILE}){hint}")
 
   @classmethod
   def from_saved_model(cls, path):

@@ -8,12 +8,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.data.text_batches import batch_indices, in_input_order
-from tf_transformer.serving import ct2_runtime
+from tf_transformer.interop import ct2
+from tf_transformer.translators import ct2_runtime
 from tf_transformer.serving.output import score_rows
-from tf_transformer.serving.translator import counter_of
-from tf_transformer.serving.translator import load_saved_model
-from tf_transformer.serving.translator import string_batch
-from tf_transformer.serving.translator import token_lengths
+from tf_transformer.translators.translator import counter_of
+from tf_transformer.translators.translator import load_saved_model
+from tf_transformer.translators.translator import string_batch
+from tf_transformer.translators.translator import token_lengths
 
 
 class Scorer:
@@ -48,7 +49,7 @@ class Scorer:
       ValueError where the export lacks the signature (or CTranslate2
       attention) it needs.
     """
-    if ct2_runtime.is_ct2_model(path):
+    if ct2.is_ct2_model(path):
       decoder = ct2_runtime.CT2Decoder(path)
       if alignment:
         return cls(lambda s, t: [
@@ -61,7 +62,7 @@ class Scorer:
     if not tf.saved_model.contains_saved_model(path):
       raise FileNotFoundError(
           f"{path}: neither a SavedModel version (saved_model.pb), a "
-          f"CTranslate2 model ({ct2_runtime.MODEL_FILE}) nor a run "
+          f"CTranslate2 model ({ct2.MODEL_FILE}) nor a run "
           "directory (config.json)")
     loaded = load_saved_model(path)
     name = "forced_alignment" if alignment else "score"
