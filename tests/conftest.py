@@ -49,6 +49,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 
+def pytest_configure(config):
+  config.addinivalue_line(
+      "markers", "slow: a job or a bin/ command end to end, an export "
+      "loaded in a fresh process, another Keras backend, a measuring tool "
+      "or an XLA-compiled search; README.md's quick tier (-m \"not slow\") "
+      "leaves these out")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
   keras.utils.set_random_seed(1234)

@@ -19,7 +19,12 @@ import pytest
 from bench import device_trace
 from bench import gpu_check
 from conftest import made_once
+from float32_bounds import RELATIVE, log_prob_bound
 from tf_transformer.run import run_dir
+
+# Slow (README.md's quick tier leaves it out): the layers under JAX and
+# PyTorch, each in a fresh interpreter.
+pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ["jax", "torch"]

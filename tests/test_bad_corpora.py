@@ -108,6 +108,7 @@ def test_scripts_print_one_line_and_exit_2(tmp_path, script, split):
     assert noise not in result.stderr
 
 
+@pytest.mark.slow
 def test_commands_start_quiet_unless_asked(tmp_path):
   """Without TF_CPP_MIN_LOG_LEVEL, a command's stderr is its own line only:
   no 'CUDA error' on a machine without a GPU, no oneDNN notice; absl's -v
@@ -167,6 +168,7 @@ def test_gzipped_files_read_as_plain_ones_and_a_cut_one_is_named(tmp_path):
     corpora.read_lines(str(cut))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["compare_exports.py",
                                     "server_batching.py"])
 def test_benchmark_tools_name_a_bad_source_in_one_line(tmp_path, script):

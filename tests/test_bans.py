@@ -126,6 +126,7 @@ def test_outputs_reach_the_min_length(looping_model, method):
   assert min(len(t) for t in _rows(ids)) >= 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["greedy", "beam"])
 def test_compiled_search_bans_alike(looping_model, method):
   model, source = looping_model

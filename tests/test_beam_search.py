@@ -165,6 +165,7 @@ def test_batch_decodes_like_single_sentences(model):
                                atol=sentence(ids.shape[-1]))
 
 
+@pytest.mark.slow
 def test_fixed_length_search_compiles_once_with_xla(model):
   options = DecodingOptions(beam_size=4, max_decode_length_offset=4)
   search_fn = tf.function(
@@ -251,9 +252,9 @@ def _in_parts(model, options):
       tf.TensorSpec([None, None], tf.int32)])
 
 
-@pytest.mark.parametrize("rows,method", [(24, "beam"), (1, "beam"),
-                                         (0, "beam"), (24, "greedy"),
-                                         (1, "greedy")])
+@pytest.mark.parametrize("rows,method", [
+    pytest.param(24, "beam", marks=pytest.mark.slow), (1, "beam"),
+    (0, "beam"), (24, "greedy"), (1, "greedy")])
 def test_decoding_in_parts_gives_what_one_loop_gives(trained, rows, method):
   model, vocabulary = trained
   texts = [s for s, _ in numbers.generate({"test": 24}, seed=5)["test"]]
@@ -273,6 +274,7 @@ def test_decoding_in_parts_gives_what_one_loop_gives(trained, rows, method):
                                atol=sentence(max(ids.shape[-1], 1)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_bucketed_xla_search_needs_shapes_only_and_decodes_alike(
     trained, method):

@@ -20,6 +20,10 @@ from tf_transformer import get_config
 from bench import compiled_step, decoding_speed, timing
 from bench import serving_speed
 
+# Slow (README.md's quick tier leaves it out): the measuring tools, run as
+# commands.
+pytestmark = pytest.mark.slow
+
 
 def test_benchmark_writes_every_figure(tmp_path):
   output = tmp_path / "report.json"

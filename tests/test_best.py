@@ -189,6 +189,7 @@ def _train(model_dir, train_steps, patience):
   return trainer.train()
 
 
+@pytest.mark.slow
 def test_training_keeps_the_best_and_stops_early_across_a_resume(tmp_path):
   first = _train(tmp_path, 20, patience=2)
   assert first["step"] == 6 and first["stopped_early"].startswith(

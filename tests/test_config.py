@@ -130,6 +130,7 @@ def test_auto_config_follows_the_training_pairs():
   assert (asked.model.dropout_rate, asked.training.train_steps) == (0.2, 7)
 
 
+@pytest.mark.slow
 def test_auto_config_is_chosen_once_and_kept_on_resume(tmp_path):
   from tf_transformer.run import run_dir  # pylint: disable=g-import-not-at-top
   from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top

@@ -70,6 +70,7 @@ def test_forward_flops_counted_by_hand():
                                          + decoder_ffn + softmax) == 2064
 
 
+@pytest.mark.slow
 def test_model_summary_script_prints_params_and_flops():
   result = run_script("model_summary.py", "--config=base",
                       "--vocab_size=37000")

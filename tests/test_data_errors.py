@@ -175,6 +175,7 @@ def test_prepare_data_on_local_files(tmp_path):
   assert os.path.exists(out / "vocabulary.model")
 
 
+@pytest.mark.slow
 def test_train_takes_prepared_token_arrays_and_refuses_stale_ones(tmp_path):
   """bin/train.py on a bin/prepare_data.py directory tokenizes nothing
   again; once a raw file changes, the arrays are refused naming it."""

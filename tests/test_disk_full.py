@@ -21,6 +21,10 @@ from tf_transformer import command
 from tf_transformer import disk_full
 from tf_transformer import whole_dir
 
+# Slow (README.md's quick tier leaves it out): commands run against a full
+# disk, end to end.
+pytestmark = pytest.mark.slow
+
 
 @contextlib.contextmanager
 def small_disk(path, megabytes):

@@ -73,7 +73,7 @@ def test_docs_are_a_reference_of_at_most_20000_words():
   assert words <= 20000, words
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", PAGES + ["CONTRIBUTING.md"])
 def test_relative_links_resolve(page):
   text = _prose(_read(page))
   links = re.findall(r"\]\(([^)\s]+)\)", text)
@@ -90,6 +90,26 @@ def test_relative_links_resolve(page):
       assert anchor in headings, (page, link, headings)
   if page == "README.md":
     assert len(relative) >= 8  # the README points into every docs page
+
+
+def _block_after(text, marker):
+  """The fenced code block after `<!-- marker -->` in `text`."""
+  return re.search(rf"^<!-- {marker} -->\n```\n(.*?)^```", text,
+                   re.M | re.S).group(1)
+
+
+def test_the_quick_tier_is_the_suite_less_its_slow_tests():
+  """README.md gives the quick tier after <!-- quick-test-command -->, the
+  suite without the tests marked `slow` (conftest.py registers the mark);
+  the full command, which .ci/run runs, deselects nothing."""
+  readme = _read("README.md")
+  quick, full = (_block_after(readme, marker) for marker in (
+      "quick-test-command", "test-command"))
+  assert re.fullmatch(r'python -m pytest .*-m "not slow" tests\n', quick)
+  options = full.split(" pytest ", 1)[1]
+  assert " -m " not in options and " -k " not in options
+  with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+    assert "<!-- test-command -->" in f.read()
 
 
 def _commands(text):

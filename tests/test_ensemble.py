@@ -129,6 +129,7 @@ def test_members_of_another_vocabulary_are_refused(tmp_path):
                               ensemble=[str(first)])
 
 
+@pytest.mark.slow
 def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
     trained_numbers_run, trained_export, tmp_path):
   """bin/export.py's ensemble path (a run and a checkpoint path, here of

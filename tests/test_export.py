@@ -81,6 +81,7 @@ EXPORTS = {"float32": lambda request: request.getfixturevalue("exported"),
                "exported_bfloat16")[0]}
 
 
+@pytest.mark.slow
 def test_versions_are_integer_folders_written_whole(model_dir, exported,
                                                    tmp_path):
   # An export killed once its version folder is being written (a kill
@@ -158,6 +159,7 @@ print(json.dumps(answers))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", EXPORTS)
 def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
   exported = EXPORTS[dtype](request)
@@ -259,6 +261,7 @@ def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
       rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decoding,flags,width,bans", [
     ("greedy", [], 1, Bans()),
     ("greedy", ["--min_length=3", "--no_repeat_ngram_size=2"], 1,
@@ -382,6 +385,7 @@ def _same_but_near_ties(model, vocab, texts, first, second, offset):
   return [line not in apart for line in range(len(texts))]
 
 
+@pytest.mark.slow
 def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
                                                tmp_path):
   result = run_script("export.py", f"--model_dir={model_dir}",

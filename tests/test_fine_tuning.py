@@ -15,6 +15,9 @@ from tf_transformer.run.runner import Runner
 from conftest import run_script
 from training_helpers import SPEC, UNCOMPILED, UNCOMPILED_FLAGS, vocabulary
 
+# Slow (README.md's quick tier leaves it out): fine-tuning runs, end to end.
+pytestmark = pytest.mark.slow
+
 OPTIONS = dict(max_length=32, eval_every_steps=0, checkpoint_every_secs=0,
                log_every_steps=1, **UNCOMPILED)
 OTHER_DATA = DataSpec(dataset="numbers", numbers_train_size=500, seed=3)

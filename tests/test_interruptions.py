@@ -15,6 +15,10 @@ from test_train_script import _free_ports, _start_train, _train
 from test_train_script import _wait_for_step
 from training_helpers import MECHANICS_FLAGS, ONE_LAYER
 
+# Slow (README.md's quick tier leaves it out): training processes signalled,
+# killed and resumed.
+pytestmark = pytest.mark.slow
+
 LONG = ["--train_steps=100000", "--checkpoint_every_steps=100000",
         "--eval_every_steps=0", "--log_every_steps=1", *MECHANICS_FLAGS]
 

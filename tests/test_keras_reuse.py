@@ -37,7 +37,8 @@ def _data(n=512, length=8, seed=0):
   return ids.astype(np.int32), labels.astype(np.int32)
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("policy", [
+    "float32", pytest.param("mixed_bfloat16", marks=pytest.mark.slow)])
 def test_sentence_classifier_from_encoder_layers(tmp_path, policy):
   model = sentence_classifier(policy)
   assert model.layers[-1].compute_dtype == keras.DTypePolicy(

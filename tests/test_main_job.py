@@ -17,6 +17,9 @@ from tf_transformer.run import runner as runner_lib
 from tf_transformer.serving import export as export_lib
 from tf_transformer.training import checkpoints
 
+# Slow (README.md's quick tier leaves it out): whole jobs, end to end.
+pytestmark = pytest.mark.slow
+
 STAGES = ["prepare", "train", "average", "export", "evaluate dev",
           "evaluate test", "translate"]
 

@@ -251,6 +251,7 @@ print(json.dumps([t.decode() for t in out.numpy()]))
 """
 
 
+@pytest.mark.slow
 def test_imported_run_translates_text_as_transformers(tmp_path):
   """bin/import_model.py writes a run; its SavedModel (text in,
   translation out, the Marian tokenizer in the graph) translates as

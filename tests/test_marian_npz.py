@@ -194,6 +194,7 @@ def test_vocabulary_pieces_stay_strings(tmp_path):
   assert pieces[:2] == ["</s>", "<unk>"]
 
 
+@pytest.mark.slow
 def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
   """bin/import_model.py on a Marian release writes a run whose SavedModel
   translates text and scores it as CTranslate2's conversion of the release
@@ -305,6 +306,7 @@ def test_bad_files_are_refused(tmp_path):
     marian_npz.read_model(model)
 
 
+@pytest.mark.slow
 def test_fine_tunes_an_imported_release(tmp_path):
   """bin/train.py --init_from=<imported run> trains on the user's files with
   the imported vocabulary and options: step 0 is the imported model,

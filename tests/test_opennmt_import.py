@@ -160,6 +160,7 @@ def test_command_imports_a_run_that_exports(tmp_path):
     runner.export(str(tmp_path / "hf"), format="transformers")
 
 
+@pytest.mark.slow
 def test_fine_tunes_averages_and_scores(tmp_path):
   """bin/train.py --init_from=<imported run> trains without source EOS:
   its step-0 dev nll is OpenNMT-tf's own on the same pairs; then

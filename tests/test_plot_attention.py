@@ -22,6 +22,7 @@ def _image(path):
   return image
 
 
+@pytest.mark.slow
 def test_pngs_for_chosen_layers_and_heads(models, tmp_path):
   _, exported = models
   result = run_script("plot_attention.py", f"--model={exported}",
@@ -38,6 +39,7 @@ def test_pngs_for_chosen_layers_and_heads(models, tmp_path):
     _image(tmp_path / name)
 
 
+@pytest.mark.slow
 def test_checkpoint_plots_the_last_layer_by_default(models, tmp_path):
   model_dir, _ = models
   result = run_script("plot_attention.py", f"--model_dir={model_dir}",

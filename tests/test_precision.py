@@ -92,6 +92,7 @@ def test_the_probe_times_both_precisions_and_restores_float32():
     assert keras.mixed_precision.global_policy().name == "float32"
 
 
+@pytest.mark.slow
 def test_a_run_trains_in_the_chosen_precision_and_resumes_in_it(
     tmp_path, monkeypatch):
   """Runner.train with --mixed_precision=auto: the forced choice is

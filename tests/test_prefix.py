@@ -116,7 +116,8 @@ def _functions(concrete):
   return concrete.graph.as_graph_def().library.function
 
 
-@pytest.mark.parametrize("how", [dict(xla=True), dict(decode_parts=2)])
+@pytest.mark.parametrize("how", [
+    pytest.param(dict(xla=True), marks=pytest.mark.slow), dict(decode_parts=2)])
 def test_an_xla_or_parts_export_decodes_prefixes_its_way(trained_numbers_run,
                                                         how):
   """A prefix request goes through the export's own search: compiled by XLA
@@ -191,6 +192,7 @@ def test_odd_requests_get_defined_answers(loaded):
     signature(text=_strings(["seven", "eight"]), prefix=_strings(["s"]))
 
 
+@pytest.mark.slow
 def test_bin_translate_target_prefix(trained_export, trained_numbers_run,
                                      tmp_path):
   _, vocab = run_dir.load_trained_model(str(trained_numbers_run))

@@ -176,6 +176,7 @@ def _score_lines(*args):
   return [line.split("\t") for line in result.stdout.splitlines()]
 
 
+@pytest.mark.slow
 def test_bin_score_gives_the_same_for_the_export_and_the_run(
     trained_numbers_run, exported, score, tmp_path):
   source, target = tmp_path / "source.txt", tmp_path / "target.txt"

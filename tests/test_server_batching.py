@@ -116,6 +116,7 @@ def test_ids_signature_splits_as_it_was_sent(loaded):
                       {"source_ids": ids[3:]}, "target_ids", "score")
 
 
+@pytest.mark.slow
 def test_batching_op_serves_concurrent_clients_as_alone(loaded):
   """benchmarks/server_batching.py's measure: 4 clients through TF Serving's
   batching op (concurrent one-sentence calls merged on dimension 0) get

@@ -247,6 +247,7 @@ def test_rest_and_grpc_score_as_the_saved_model(saved_model, rest_server,
     client.rest_score(rest_server, "numbers", sources, targets, True, 3)
 
 
+@pytest.mark.slow
 def test_command_over_rest_and_grpc(saved_model, rest_server, grpc_server):
   stdin = "".join(t + "\n" for t in TEXTS)
   # The expected lines come from the batches the command sends: a
@@ -323,6 +324,7 @@ def test_command_sends_sentences_of_similar_length(saved_model,
           for line in buffered.stdout.splitlines()] == indices
 
 
+@pytest.mark.slow
 def test_command_scores_as_bin_score(saved_model, rest_server, grpc_server,
                                      tmp_path):
   """--target prints bin/score.py's lines: the log-probability and the

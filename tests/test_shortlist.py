@@ -224,6 +224,7 @@ def test_output_rows_restrict_to_the_same_weights(run):
     tf.nest.map_structure(np.testing.assert_array_equal, by_columns, by_rows)
 
 
+@pytest.mark.slow
 def test_build_export_and_translate_from_the_command_line(
     trained_numbers_run, tmp_path):
   """bin/build_shortlist.py, then bin/export.py and bin/translate.py

@@ -18,6 +18,10 @@ from tf_transformer.training import schedule
 from tf_transformer.training.checkpoints import CheckpointError
 from training_helpers import MECHANICS_FLAGS
 
+# Slow (README.md's quick tier leaves it out): training runs through
+# bin/train.py, as processes.
+pytestmark = pytest.mark.slow
+
 TINY = ["--config=tiny", "--dataset=numbers", "--numbers_train_size=300",
         "--vocab_size=400", "--max_length=32", "--batch_tokens=512",
         "--checkpoint_every_secs=0", "--alsologtostderr"]

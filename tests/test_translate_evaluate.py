@@ -51,6 +51,7 @@ def _scored_lines(stdout):
           [l.split("\t", 1)[1] for l in lines])
 
 
+@pytest.mark.slow
 def test_checkpoint_and_export_translate_alike(models, export_output):
   model_dir, exported = models
   stdin = "".join(s + "\n" for s in SOURCES)
@@ -73,6 +74,7 @@ def test_checkpoint_and_export_translate_alike(models, export_output):
     np.testing.assert_allclose(other_scores, scores, rtol=0, atol=SCORE_BOUND)
 
 
+@pytest.mark.slow
 def test_alignment_lines_from_an_export_and_a_checkpoint(models,
                                                          export_output):
   """--alignment appends ' ||| ' and word pairs to the same translation and
@@ -180,6 +182,7 @@ def test_nbest_lines(models, tmp_path):
     assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.slow
 def test_sampling_and_greedy_from_a_checkpoint(models):
   model_dir, _ = models
   stdin = "".join(s + "\n" for s in SOURCES)
@@ -204,6 +207,7 @@ def test_sampling_and_greedy_from_a_checkpoint(models):
   assert too_many.returncode == 1 and "--nbest=2" in too_many.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_prints_sacrebleu_scores_with_signatures(models, tmp_path):
   _, exported = models
   source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
@@ -298,6 +302,7 @@ def test_paper_bleu_splits_compounds():
   assert scores["exact_match"] == 0.5 and 0 < scores["bleu"] < 100
 
 
+@pytest.mark.slow
 def test_model_takes_a_run_as_well_as_an_export(models):
   """`--model` names an export or a run in every command: translate.py
   --model=RUN decodes as --model_dir=RUN does, decoding flags included."""
@@ -362,6 +367,7 @@ def _read_line(stream, seconds=120):
   return stream.readline() if ready else None
 
 
+@pytest.mark.slow
 def test_each_buffer_is_written_before_more_input_is_read(models,
                                                           export_output):
   """--buffer_lines=1: a translation comes out while its writer still holds
@@ -390,6 +396,7 @@ def test_each_buffer_is_written_before_more_input_is_read(models,
                              atol=SCORE_BOUND)
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_each_line_as_it_is_typed(models, export_output):
   """Typed at a terminal (stdin a pseudo-terminal), a line is translated
   as soon as it is entered, with no progress lines; Ctrl-D ends."""
@@ -415,6 +422,7 @@ def test_a_terminal_gets_each_line_as_it_is_typed(models, export_output):
   assert line == _scored_lines(export_output)[1][1] + "\n"
 
 
+@pytest.mark.slow
 def test_buffers_keep_nbest_indices_and_an_empty_input_makes_a_file(
     models, tmp_path):
   _, exported = models
@@ -441,6 +449,7 @@ def test_a_translation_with_line_breaks_stays_on_its_line():
   assert one_line("") == ""
 
 
+@pytest.mark.slow
 def test_empty_and_over_long_lines_are_warned_about(models, tmp_path):
   """The CLI says which lines it cannot translate as given, from an export
   and from a checkpoint; the output stays one line per input."""
