@@ -207,8 +207,8 @@ def test_weights_trained_on_tensorflow_give_the_same_logits(
     trained_numbers_run, tmp_path):
   """A .weights.h5 saved from a TensorFlow-trained model loads into a
   JAX-backend and a PyTorch-backend model and gives the same logits within
-  1e-5 (all on this CPU, float32: only the order of float32 sums
-  differs)."""
+  float32 rounding (all on this CPU: only the order of float32 sums
+  differs; float32_bounds, relative to the logits' magnitude)."""
   model, _ = run_dir.load_trained_model(str(trained_numbers_run))
   logits = gpu_check.write_reference(str(tmp_path), model)
   assert np.abs(logits).max() > 5.0  # a trained model, not near-zero logits
@@ -219,7 +219,7 @@ def test_weights_trained_on_tensorflow_give_the_same_logits(
     assert done.returncode == 0, done.stderr[-3000:]
     check = json.loads(done.stdout.strip().splitlines()[-1])
     assert check["device"] == "cpu", (backend, check)
-    assert check["max_abs_diff"] <= 1e-5, (backend, check)
+    assert check["max_abs_diff"] <= log_prob_bound(logits), (backend, check)
 
 
 _REPEATED_TOKEN_GRADIENT = """
@@ -321,7 +321,8 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
     # not under the lever.
     padded = any(re.search(r"[\[,]272\]", i) for i in instructions.values())
     assert padded == (label == "tiny_float32"), label
-  assert figures["logits"]["max_abs_diff"] <= 1e-5, figures["logits"]
+  assert figures["logits"]["max_abs_diff"] <= (
+      RELATIVE * figures["logits"]["max_abs_logit"]), figures["logits"]
   table = (output / "gpu_check.md").read_text()
   assert table.count("| tiny |") == 2 and "no_dropout" in table
   assert "(no device events: a CPU run)" in table
