@@ -88,6 +88,9 @@ def test_each_installed_command_has_a_door_in_bin():
   assert result.returncode == 0, result.stderr[-2000:]
   assert result.stdout.startswith("Translates sentences"), result.stdout[:200]
   assert "\n  --model:" in result.stdout
+  # Its examples name the installed commands, not the clone's doors.
+  assert "| tf-transformer-translate --model=" in result.stdout
+  assert "bin/" not in result.stdout.split("flags:")[0]
 
 
 @pytest.mark.parametrize("script", COMMANDS)

@@ -1,4 +1,4 @@
-"""How every bin/ command runs: absl's `app.run`, with five fixes for users.
+"""How every bin/ command runs: absl's `app.run`, with these fixes for users.
 
 - Flags first. A command's flags are defined by modules that do not import
   TensorFlow (`tf_transformer.choices`), and `run` imports TensorFlow only
@@ -17,7 +17,9 @@
   modules, hid behind `--helpfull` among absl's and TensorFlow's own); here
   the flags of every `tf_transformer` module become the command's key flags.
 - `--help` (and `--helpfull`, `--helpshort`, `-?`) exit with status 0, as
-  asking for help is not an error; absl exits 1.
+  asking for help is not an error; absl exits 1. Run as an installed
+  `tf-transformer-NAME`, the usage names the installed commands, not the
+  clone's `bin/NAME.py`.
 - A refused flag or combination of flags answers in two lines, whether
   absl's parser or the command refused it: `COMMAND: error: ...` and where
   to read the flags (absl prints the whole --help before an `app.UsageError`).
@@ -102,6 +104,16 @@ def _at_least(text, level):
   return "".join(kept)
 
 
+def usage(doc, program):
+  """A command's docstring as its --help shows it to `program`
+  (sys.argv[0]): run as an installed `tf-transformer-NAME`, each
+  `bin/NAME.py` it names is written as that command."""
+  if not os.path.basename(program or "").startswith("tf-transformer-"):
+    return doc
+  return re.sub(r"\bbin/(\w+)\.py\b", lambda m: "tf-transformer-" +
+                m.group(1).replace("_", "-"), doc or "")
+
+
 def run(main, tensorflow=True, packages=("tf_transformer.",), kept=None):
   """`app.run(main)` with the package's flags in --help, which exits 0.
 
@@ -118,7 +130,8 @@ def run(main, tensorflow=True, packages=("tf_transformer.",), kept=None):
   _KEPT[:] = [kept] if kept else []
   # absl prints __main__'s docstring as the usage: a console script's or a
   # bin/ door's __main__ is not the command's module.
-  sys.modules["__main__"].__doc__ = sys.modules[main.__module__].__doc__
+  sys.modules["__main__"].__doc__ = usage(
+      sys.modules[main.__module__].__doc__, sys.argv[0])
   for module, defined in flags.FLAGS.flags_by_module_dict().items():
     if module.startswith(packages):
       for flag in defined:  # key flags of the main module: what --help shows
