@@ -14,7 +14,7 @@ from tf_transformer.config import PRESETS
 from tf_transformer.config import TransformerConfig
 from tf_transformer.config import get_config
 
-__version__ = "1.0.0"
+__version__ = "1.1.0.dev0"
 
 
 def __getattr__(name):

@@ -142,21 +142,22 @@ FIELD_PART = {f.name: part for part, cls in PARTS.items()
               for f in dataclasses.fields(cls)}
 
 
-# Fields that release 1.0 removed, each with the one value a saved run may
-# hold (None: any, the field meaning nothing now: `subword_samples` once
-# `subword_alpha` is 0; `xla_attention`, which chose how the attention ran,
-# never what it computed): its run directory loads without it.
-REMOVED = {"learning_rate_schedule": "eq3", "subword_alpha": 0.0,
-           "subword_samples": None, "xla_attention": None}
+# Fields a release removed: (the one value a saved run may hold, None for
+# any: the field means nothing now (`subword_samples` once `subword_alpha` is
+# 0; `xla_attention`, which chose how the attention ran, never what it
+# computed), and the release that removed it). Such a run loads without it.
+REMOVED = {"learning_rate_schedule": ("eq3", "1.0"),
+           "subword_alpha": (0.0, "1.0"), "subword_samples": (None, "1.0"),
+           "xla_attention": (None, "1.1")}
 
 
 def _by_part(values: dict) -> dict:
   """{part: {field: value}} of flat `values`; unknown names raise."""
-  for name, kept in REMOVED.items():
+  for name, (kept, release) in REMOVED.items():
     if kept is not None and values.get(name, kept) != kept:
-      raise ValueError(f"{name}={values[name]!r}: removed in release 1.0 "
-                       f"(only {kept!r} remains); train a new run, or use "
-                       "release 0.1 for this one")
+      raise ValueError(f"{name}={values[name]!r}: removed in release "
+                       f"{release} (only {kept!r} remains); train a new run, "
+                       "or use release 0.1 for this one")
   values = {k: v for k, v in values.items() if k not in REMOVED}
   unknown = sorted(set(values) - set(FIELD_PART))
   if unknown:
@@ -312,7 +313,8 @@ def parse_overrides(overrides: str) -> dict:
     if not sep:
       raise ValueError(f"hparam {item!r}: expected name=value")
     if name in REMOVED:
-      raise ValueError(f"hparam {name!r}: removed in release 1.0")
+      raise ValueError(f"hparam {name!r}: removed in release "
+                       f"{REMOVED[name][1]}")
     if name not in fields:
       raise ValueError(f"hparam {name!r} is not a config field; known fields:"
                        f" {sorted(fields)}")
