@@ -48,8 +48,12 @@ def train_section(o, config, report, peak):
           config, variant, o.batch_tokens, o.source_length,
           o.runs, o.warmup, peak))
     except Exception as e:  # pylint: disable=broad-except
-      # A variant this machine cannot run is reported, not fatal.
-      rows.append({"variant": variant.name, "error": str(e)[:300]})
+      # A variant this machine cannot run is reported, not fatal: its
+      # error's type and last line (where TensorFlow says what failed,
+      # after the trace of where).
+      lines = [l for l in str(e).splitlines() if l.strip()] or [""]
+      rows.append({"variant": variant.name,
+                   "error": f"{type(e).__name__}: {lines[-1]}"[:300]})
     _print_rows(rows[-1:], columns + ["error"])
   report["train"] = rows
 
