@@ -55,10 +55,11 @@ setuptools.setup(
         # CTranslate2, the C++ engine OpenNMT-tf users serve with.
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # Importing published Marian / OPUS-MT models
-        # (serving/marian_import.py): safetensors, the format Transformers
+        # (interop/marian.py): safetensors, the format Transformers
         # saves them in; PyYAML, for Marian's model.yml and *.vocab.yml
-        # (serving/marian_npz.py).
-        "marian": ["safetensors>=0.4", "pyyaml>=6"],
+        # (interop/marian_npz.py); huggingface_hub, whose `hf download`
+        # fetches them from the Hugging Face hub.
+        "marian": ["safetensors>=0.4", "pyyaml>=6", "huggingface_hub>=1.0"],
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
         # jax (its CPU build): Keras' JAX backend, on which the layers and
         # the model's training path are tested too (tests/test_backends.py).

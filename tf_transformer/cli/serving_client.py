@@ -14,8 +14,8 @@ Each request holds sentences of similar length (the input sorted by its
 whitespace words, --batch_words), as translate.py batches, within buffers
 of --buffer_lines lines; the lines come out in input order as they are
 answered, and typed at a terminal a line is sent as it is entered. REST
-needs nothing beyond Python; gRPC needs tensorflow-serving-api (pip install
-"tf_transformer[serving]"). Output lines are those of bin/translate.py: the
+needs nothing beyond Python; gRPC needs tensorflow-serving-api (in a clone,
+pip install ".[serving]"). Output lines are those of bin/translate.py: the
 translation, with --show_scores `SCORE<TAB>TEXT`, for --signature=nbest
 `INDEX ||| TEXT ||| SCORE`, and with --alignment `TEXT ||| 0-0 1-2 ...` (the
 export's `alignment` signature; the word pairs are made here, as
