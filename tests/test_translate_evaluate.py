@@ -9,6 +9,7 @@ import re
 import select
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from tf_transformer import evaluation
 from tf_transformer.data.text_batches import in_input_order, length_batches
 from tf_transformer.translators.translator import Translator
 from tf_transformer.serving.output import one_line
-from conftest import REPO, run_script
+from conftest import REPO, run_script, start_script
 from float32_bounds import sentence
 
 SOURCES = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
@@ -394,6 +395,47 @@ def test_each_buffer_is_written_before_more_input_is_read(models,
   assert translations == expected
   np.testing.assert_allclose(scores, expected_scores, rtol=0,
                              atol=SCORE_BOUND)
+
+
+@pytest.mark.slow
+def test_a_killed_translation_resumes_and_loses_no_line(models, tmp_path):
+  """--resume: a translation killed part-way (a teacher's of a corpus)
+  goes on from the lines its --output holds, a line cut short dropped, and
+  ends as a whole run's file; an --output longer than --input is refused."""
+  _, exported = models
+  units = ("one", "two", "three", "four", "five", "six", "seven", "eight",
+           "nine", "ten")
+  lines = [f"{n} hundred and {m}" for n in units for m in units]  # 100
+  source = tmp_path / "source.txt"
+  source.write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+  args = [f"--model={exported}", f"--input={source}", "--buffer_lines=2"]
+  whole = tmp_path / "whole.txt"
+  assert run_script("translate.py", *args, f"--output={whole}").returncode == 0
+  output = tmp_path / "output.txt"
+  killed = start_script("translate.py", *args, f"--output={output}")
+  deadline = time.time() + 300
+  while killed.poll() is None and (not output.exists() or output.read_text(
+      encoding="utf-8").count("\n") < 4):
+    assert time.time() < deadline
+    time.sleep(0.01)
+  killed.kill()
+  killed.wait()
+  kept = output.read_text(encoding="utf-8").count("\n")
+  assert 4 <= kept < len(lines)  # killed part-way
+  with open(output, "a", encoding="utf-8") as f:
+    f.write("a line cut sh")  # as a kill in the middle of a write leaves
+  resumed = run_script("translate.py", *args, f"--output={output}",
+                       "--resume")
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert f"holds {kept:,} of {len(lines):,} lines" in resumed.stderr
+  assert output.read_text(encoding="utf-8") == whole.read_text(
+      encoding="utf-8")
+  shorter = tmp_path / "shorter.txt"
+  shorter.write_text("".join(t + "\n" for t in lines[:3]), encoding="utf-8")
+  refused = run_script("translate.py", f"--model={exported}",
+                       f"--input={shorter}", f"--output={output}", "--resume")
+  assert refused.returncode == 1
+  assert f"--output={output} holds 100 lines, more than" in refused.stderr
 
 
 @pytest.mark.slow

@@ -210,14 +210,36 @@ def write_stdout(text):
     raise SystemExit(128 + signal.SIGPIPE) from None
 
 
+def complete_lines(path):
+  """The number of whole lines in file `path` (0 where there is none), its
+  last line cut where a stopped writer left it without its line break: what
+  a resumed command keeps of its --output."""
+  if not os.path.exists(path):
+    return 0
+  count, last = 0, b"\n"
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      count += chunk.count(b"\n")
+      last = chunk[-1:]
+  if last != b"\n":
+    with open(path, "rb+") as f:
+      f.seek(0)
+      kept = 0
+      for _ in range(count):
+        kept += len(f.readline())
+      f.truncate(kept)
+  return count
+
+
 class Output:
   """A command's --output file, or stdout (`path` None), written a part at
   a time, each part flushed; the file is opened at the first write (a
   command refused before its first output leaves no file) and made, empty,
-  where nothing was written."""
+  where nothing was written. With `append`, the parts go after what the
+  file holds."""
 
-  def __init__(self, path):
-    self.path, self.file = path, None
+  def __init__(self, path, append=False):
+    self.path, self.file, self.append = path, None, append
 
   def __enter__(self):
     return self
@@ -229,7 +251,8 @@ class Output:
       write_stdout(text)
       return
     if self.file is None:
-      self.file = open(self.path, "w", encoding="utf-8")
+      self.file = open(self.path, "a" if self.append else "w",
+                       encoding="utf-8")
     self.file.write(text)
     self.file.flush()
 

@@ -48,6 +48,17 @@ translator_flags.define_buffer_flag(
     "a terminal the default is 1 (a line is translated when typed).")
 flags.DEFINE_bool("show_scores", False, "Prefix each translation with its "
                   "score and a tab.")
+flags.DEFINE_bool("resume", False, "Keep the whole lines --output holds (a "
+                  "stopped run's; a last line cut short is dropped), skip "
+                  "as many lines of --input and append the rest: a long "
+                  "translation, such as a teacher's of a training corpus, "
+                  "goes on where it stopped and loses no line.")
+flags.register_multi_flags_validator(
+    ["resume", "input", "output", "nbest"],
+    lambda f: not f["resume"] or (f["input"] and f["output"]
+                                  and f["nbest"] == 1),
+    "--resume: needs --input and --output files, one translation a line "
+    "(--nbest=1)")
 translator_flags.define_alignment_flags("SavedModel and CTranslate2 "
                                         "exports, runs")
 flags.register_multi_flags_validator(
@@ -63,10 +74,19 @@ def main(argv):
   try:
     prefixes = (read_lines(FLAGS.target_prefix) if FLAGS.target_prefix
                 else None)
+    done = command.complete_lines(FLAGS.output) if FLAGS.resume else 0
     given = translator_flags.input_buffers(FLAGS.input,
-                                           whole=prefixes is not None)
+                                           whole=prefixes is not None,
+                                           skip=done)
     texts = given.lines or []
     name = f"--input={FLAGS.input}" if FLAGS.input else "stdin"
+    if done > len(texts):
+      raise ValueError(f"--resume: --output={FLAGS.output} holds {done:,} "
+                       f"lines, more than {name}'s {len(texts):,}: another "
+                       "input's translation")
+    if FLAGS.resume:
+      print(f"translate: --resume: {FLAGS.output} holds {done:,} of "
+            f"{len(texts):,} lines; translating the rest", file=sys.stderr)
     if prefixes is not None:
       check_line_aligned(prefixes, texts, (
           f"--target_prefix={FLAGS.target_prefix}", FLAGS.input or "stdin"))
@@ -78,10 +98,10 @@ def main(argv):
       for warning in translator.input_warnings(texts, name, first=first):
         print(f"translate: warning: {warning}", file=sys.stderr)
     if given.lines is not None:
-      warnings(texts, 1)
+      warnings(texts[done:], done + 1)
     with (contextlib.nullcontext() if given.interactive else Progress(
-        "translated", len(texts) or None, "sentences")) as progress, \
-        command.Output(FLAGS.output) as output:
+        "translated", len(texts) - done or None, "sentences")) as progress, \
+        command.Output(FLAGS.output, append=FLAGS.resume) as output:
       for first, lines in given.buffers:
         if given.lines is None:
           warnings(lines, first)
@@ -112,8 +132,8 @@ def _kept():
   """What a full disk left: (--output's lines before, --output)."""
   if not FLAGS.output:
     return None, None
-  return (f"{FLAGS.output} holds the lines written before; rerun to write it "
-          "whole", FLAGS.output)
+  return (f"{FLAGS.output} holds the lines written before; rerun with "
+          "--resume to go on from them", FLAGS.output)
 
 
 def run():

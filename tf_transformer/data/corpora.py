@@ -85,7 +85,7 @@ def _stdin_lines() -> Iterator[str]:
     yield _decoded(raw, number, "stdin")
 
 
-def line_windows(lines: list, window: int) -> list:
+def line_windows(lines: list, window: int, skip: int = 0) -> list:
   """`lines` in windows that a command translates and writes one after
   another (Marian's maxi-batch, fairseq's buffer), so that output flows
   while the input is long.
@@ -93,12 +93,13 @@ def line_windows(lines: list, window: int) -> list:
   Args:
     lines: the input lines.
     window: lines a window; 0: all in one.
+    skip: lines already done (a resumed command's), left out.
   Returns:
     (first line number, lines) of each window.
   """
-  size = window or max(len(lines), 1)
+  size = window or max(len(lines) - skip, 1)
   return [(start + 1, lines[start:start + size])
-          for start in range(0, len(lines), size)]
+          for start in range(skip, len(lines), size)]
 
 
 def stdin_windows(window: int) -> Iterator[tuple]:

@@ -153,9 +153,10 @@ class InputBuffers:
   interactive: bool  # stdin is a terminal
 
 
-def input_buffers(path, whole=False, values=None) -> InputBuffers:
+def input_buffers(path, whole=False, values=None, skip=0) -> InputBuffers:
   """--input (`path`) or stdin in --buffer_lines buffers: a file, or stdin
-  with `whole`, read whole (`corpora.line_windows`); else stdin as it comes
+  with `whole`, read whole (`corpora.line_windows`; its first `skip` lines,
+  done before, left out of the buffers); else stdin as it comes
   (`corpora.stdin_windows`), its first buffer read at once (so that a bad
   line there is named before TensorFlow loads), and a line a buffer at a
   terminal unless --buffer_lines is given."""
@@ -165,7 +166,7 @@ def input_buffers(path, whole=False, values=None) -> InputBuffers:
             else values.buffer_lines)
   if path or whole or not window:
     lines = corpora.read_input(path)
-    return InputBuffers(corpora.line_windows(lines, window), lines,
+    return InputBuffers(corpora.line_windows(lines, window, skip), lines,
                         interactive)
   buffers = corpora.stdin_windows(window)
   first = list(itertools.islice(buffers, 1))
