@@ -49,6 +49,31 @@ def test_overrides_are_typed_and_d_k_follows_d_model():
   assert m.share_embeddings is False and m.positional_encoding == "learned"
 
 
+def test_stack_depths_default_to_num_layers_and_follow_it():
+  """num_encoder_layers and num_decoder_layers: num_layers unless given;
+  a config saved before they existed reads with both at num_layers; one
+  that equals num_layers follows `replace(num_layers=...)`, one given
+  stays; below 1 is refused by name."""
+  tiny = config_lib.get_config("tiny")
+  assert (tiny.model.num_encoder_layers, tiny.model.num_decoder_layers) == (
+      2, 2)
+  student = config_lib.get_config("tiny", "num_decoder_layers=1,num_layers=4")
+  assert (student.model.num_encoder_layers,
+          student.model.num_decoder_layers) == (4, 1)
+  saved = tiny.to_dict()
+  del saved["model"]["num_encoder_layers"], saved["model"]["num_decoder_layers"]
+  assert config_lib.TransformerConfig.from_dict(saved) == tiny
+  deeper = student.replace(num_layers=6)
+  assert (deeper.model.num_encoder_layers,
+          deeper.model.num_decoder_layers) == (6, 1)
+  both = tiny.replace(num_layers=3, num_encoder_layers=5).model
+  assert (both.num_encoder_layers, both.num_decoder_layers) == (5, 3)
+  for field in ("num_encoder_layers", "num_decoder_layers"):
+    assert field in config_lib.ARCHITECTURE_FIELDS
+    with pytest.raises(ValueError, match=f"{field}=0: must be a positive"):
+      config_lib.get_config("tiny", f"{field}=0")
+
+
 def test_three_parts_serialize_together_and_old_flat_files_load():
   c = config_lib.get_config("C4", "warmup_steps=8000,beam_size=6")
   saved = c.to_dict()

@@ -23,7 +23,8 @@ def test_closed_form_equals_built_model(name):
 
 @pytest.mark.parametrize("overrides", [
     "norm_position=pre", "share_embeddings=false",
-    "positional_encoding=learned,norm_position=pre"])
+    "positional_encoding=learned,norm_position=pre",
+    "num_encoder_layers=3,num_decoder_layers=1"])
 def test_closed_form_equals_built_model_for_options(overrides):
   config = config_lib.get_config("tiny", overrides)
   assert model_lib.build_model(config).count_params() == cost.parameter_count(

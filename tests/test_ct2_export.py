@@ -234,6 +234,8 @@ def test_token_log_probs_equal_ours(trained, tmp_path):
     "positional_encoding=learned",  # Table 3 row E: the learned table
     "share_embeddings=False",       # three embedding matrices
     "d_k=8,d_v=8",                  # heads narrower than d_model / h
+    # A student's deep encoder and shallow decoder.
+    "num_encoder_layers=3,num_decoder_layers=1",
 ])
 def test_architecture_variants_convert_exactly(tmp_path, overrides):
   config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size)

@@ -163,7 +163,6 @@ def test_output_piece_at_bos_id_is_generated(tmp_path):
     (dict(scale_embedding=False), "scale_embedding=False"),
     (dict(normalize_before=True), "normalize_before=True"),
     (dict(activation_function="tanh"), "activation_function='tanh'"),
-    (dict(decoder_layers=1), "encoder_layers=2 and decoder_layers=1"),
     (dict(decoder_start_token_id=5), "decoder_start_token_id=5: the decoder "
      "starts from <pad>'s zero vector (pad_token_id=59) or from the first "
      "piece after the specials (2) here"),
@@ -178,6 +177,58 @@ def test_refusals_name_the_setting(tmp_path, change, needle):
     marian.from_transformers(str(tmp_path))
   assert needle in str(error.value)
   assert len(str(error.value).splitlines()) == 1
+
+
+def test_a_deep_encoder_and_shallow_decoder_import_and_export_back(
+    tmp_path):
+  """A 6-2 MarianMTModel (as OPUS-MT's tiny students are): each stack
+  imports at its own depth, every token's log-probabilities equal
+  Transformers' (float32_bounds), and the export writes the depths back."""
+  published = tmp_path / "published"
+  published.mkdir()
+  theirs_model, vocab = _save_with_tokenizer(str(published), encoder_layers=6,
+                                             decoder_layers=2)
+  pad = len(vocab) - 1
+  imported = marian.from_transformers(str(published))
+  config = imported.model.config.model
+  assert (config.num_encoder_layers, config.num_decoder_layers) == (6, 2)
+  named = imported.model.named_weights()
+  assert (len(named.encoder.layers), len(named.decoder.layers)) == (6, 2)
+  ours_id = np.argsort(imported.order)
+  rng = np.random.default_rng(1)
+  sources, targets = zip(*(
+      (np.append(rng.integers(2, pad, rng.integers(2, 12)), EOS),
+       np.append(rng.integers(1, pad, rng.integers(1, 12)), EOS))
+      for _ in range(20)))
+  padded = lambda rows, value: keras.utils.pad_sequences(
+      rows, padding="post", value=value, dtype="int64")
+  with torch.no_grad():
+    source_ids = torch.tensor(padded(sources, pad))
+    logits = theirs_model(input_ids=source_ids,
+                          attention_mask=source_ids != pad,
+                          labels=torch.tensor(padded(targets, pad))).logits
+  theirs = torch.log_softmax(logits, -1).numpy()
+  ours = _log_softmax(imported.model((
+      padded([ours_id[s] for s in sources], special_ids.PAD_ID),
+      padded([np.concatenate([[special_ids.BOS_ID], ours_id[t[:-1]]])
+              for t in targets], special_ids.PAD_ID))))
+  worst = max(np.abs(ours[row, :len(t)][:, ours_id] - theirs[row, :len(t)])
+              .max() for row, t in enumerate(targets))
+  assert worst < log_prob_bound(logits.numpy())
+  # Imported as a run and exported back: the depths, and the weights bit
+  # for bit.
+  from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.import_run import import_marian  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run.runner import Runner  # pylint: disable=g-import-not-at-top
+  run = str(tmp_path / "run")
+  import_marian(str(published), run)
+  back = Runner(run).export(str(tmp_path / "back"), format="transformers")
+  with open(os.path.join(back, "config.json"), encoding="utf-8") as f:
+    config = json.load(f)
+  assert (config["encoder_layers"], config["decoder_layers"]) == (6, 2)
+  again = marian.from_transformers(back).model
+  for a, b in zip(loading.trained(run)[0].get_weights(), again.get_weights()):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_bad_files_are_refused(tmp_path):
@@ -216,9 +267,10 @@ def _spm(sentences):
 LANGUAGE_CODES = [">>fra<<", ">>por<<"]
 
 
-def _save_with_tokenizer(directory):
-  """`_save`'s model with OPUS-MT's tokenizer files: source.spm,
-  target.spm and a joint vocab.json of their pieces (Marian's order)."""
+def _save_with_tokenizer(directory, **overrides):
+  """`_save`'s model (with `overrides` of its config) with OPUS-MT's
+  tokenizer files: source.spm, target.spm and a joint vocab.json of their
+  pieces (Marian's order)."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   protos = {"source.spm": _spm(SENTENCES),
             "target.spm": _spm([s.upper() for s in SENTENCES])}
@@ -232,7 +284,7 @@ def _save_with_tokenizer(directory):
   vocab = {"</s>": 0, "<unk>": 1,
            **{p: i + 2 for i, p in enumerate(pieces)}}
   vocab["<pad>"] = len(vocab)
-  model = _save(directory, vocab_size=len(vocab))
+  model = _save(directory, vocab_size=len(vocab), **overrides)
   for name, proto in protos.items():
     with open(os.path.join(directory, name), "wb") as f:
       f.write(proto)

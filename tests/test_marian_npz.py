@@ -32,10 +32,11 @@ SCORE_BOUND = 1e-4
 TRICKY = ["no", "yes", "1", "null", "~", "true", "0.5"]
 
 
-def _model_yml(activation, tied, pre_norm, vocab_size, **overrides):
+def _model_yml(activation, tied, pre_norm, vocab_size, depths=(LAYERS, LAYERS),
+               **overrides):
   yml = {
-      "type": "transformer", "dim-emb": D_MODEL, "enc-depth": LAYERS,
-      "dec-depth": LAYERS, "transformer-heads": HEADS,
+      "type": "transformer", "dim-emb": D_MODEL, "enc-depth": depths[0],
+      "dec-depth": depths[1], "transformer-heads": HEADS,
       "transformer-dim-ffn": D_FF, "transformer-ffn-depth": 2,
       "transformer-ffn-activation": activation,
       "transformer-preprocess": "n" if pre_norm else "",
@@ -61,11 +62,12 @@ def _model_yml(activation, tied, pre_norm, vocab_size, **overrides):
 
 
 def _save_release(directory, activation="swish", tied="all", pre_norm=False,
-                  **overrides):
+                  depths=(LAYERS, LAYERS), **overrides):
   """A tiny random Marian release as OPUS-MT ships one: the model .npz
   (Marian's tensor names; `special:model.yml` a NUL-ended char array),
   one joint vocabulary (</s> 0, <unk> 1, no <pad>), source.spm and
-  target.spm. Returns the pieces by id."""
+  target.spm; `depths`, the encoder's and the decoder's layers. Returns
+  the pieces by id."""
   protos = {"source.spm": _spm(SENTENCES),
             "target.spm": _spm([s.upper() for s in SENTENCES])}
   pieces = set(TRICKY) | {">>fra<<"}
@@ -99,8 +101,8 @@ def _save_release(directory, activation="swish", tied="all", pre_norm=False,
   if tied == "none":
     tensors["decoder_ff_logit_out_W"] = rand(D_MODEL, v)
   suffix = "_pre" if pre_norm else ""
-  for stack in ("encoder", "decoder"):
-    for i in range(1, LAYERS + 1):
+  for stack, depth in zip(("encoder", "decoder"), depths):
+    for i in range(1, depth + 1):
       blocks = ["self"] + (["context"] if stack == "decoder" else [])
       for block in blocks:
         scope = f"{stack}_l{i}_{block}"
@@ -121,7 +123,7 @@ def _save_release(directory, activation="swish", tied="all", pre_norm=False,
     if pre_norm:
       tensors[f"{stack}_top_ln_scale"] = 1 + rand(1, D_MODEL, scale=0.1)
       tensors[f"{stack}_top_ln_bias"] = rand(1, D_MODEL, scale=0.1)
-  yml = _model_yml(activation, tied, pre_norm, v, **overrides)
+  yml = _model_yml(activation, tied, pre_norm, v, depths, **overrides)
   tensors[marian_npz.MODEL_YML] = np.frombuffer(
       yml.encode() + b"\0", np.int8)
   np.savez(os.path.join(directory, "opus.spm32k-spm32k.transformer.model1"
@@ -147,11 +149,12 @@ def _token_pairs(pieces, count, seed=0):
                                               rng.integers(1, 12))])
 
 
-@pytest.mark.parametrize("activation,tied,pre_norm", [
-    ("swish", "all", False), ("relu", "decoder", False),
-    ("swish", "none", True)])
+@pytest.mark.parametrize("activation,tied,pre_norm,depths", [
+    ("swish", "all", False, (2, 2)), ("relu", "decoder", False, (2, 2)),
+    ("swish", "none", True, (2, 2)),
+    ("swish", "all", False, (3, 1))])  # a student's deep-shallow depths
 def test_scores_equal_ctranslate2(tmp_path, monkeypatch, activation, tied,
-                                  pre_norm):
+                                  pre_norm, depths):
   if pre_norm:
     # CTranslate2's layer norms add 1e-5 to the variance, Marian's 1e-6:
     # compared at CTranslate2's, the rest of the mapping is what is tested
@@ -159,9 +162,11 @@ def test_scores_equal_ctranslate2(tmp_path, monkeypatch, activation, tied,
     monkeypatch.setattr(marian_npz, "LAYER_NORM_EPSILON", 1e-5)
   release = tmp_path / "release"
   release.mkdir()
-  pieces = _save_release(str(release), activation, tied, pre_norm)
+  pieces = _save_release(str(release), activation, tied, pre_norm, depths)
   translator = _ct2(str(release), str(tmp_path / "ct2"))
   imported, _ = marian_npz.from_marian(str(release))
+  named = imported.model.named_weights()
+  assert (len(named.encoder.layers), len(named.decoder.layers)) == depths
   ours_id = {pieces[marian_id]: i for i, marian_id in
              enumerate(imported.order) if marian_id < len(pieces)}
   pairs = list(_token_pairs(pieces, 30))
@@ -270,7 +275,6 @@ def test_imported_release_serves_and_scores_as_ctranslate2(tmp_path):
      "transformer-decoder-autoreg: 'average-attention'"),
     (dict(**{"transformer-postprocess-emb": "dn"}),
      "transformer-postprocess-emb"),
-    (dict(**{"dec-depth": 1}), "enc-depth: 2 and dec-depth: 1"),
     (dict(**{"factors-dim-emb": 8}), "factored vocabularies"),
     (dict(type="s2s"), "type: 's2s'"),
 ])

@@ -95,6 +95,20 @@ def test_keras_file_round_trip(tmp_path):
   np.testing.assert_array_equal(loaded((SOURCE, TARGET_IN)), expected)
 
 
+def test_a_deep_encoder_and_a_shallow_decoder():
+  """num_encoder_layers and num_decoder_layers give each stack its depth
+  (a student's); both stay num_layers unless given, so a config of release
+  1.0 reads as it did; the model saves and loads with its depths."""
+  model = _model("num_encoder_layers=3,num_decoder_layers=1")
+  weights = model.attention_weights(SOURCE, TARGET_IN)
+  assert [len(weights[kind]) for kind in (
+      "encoder_self", "decoder_self", "encoder_decoder")] == [3, 1, 1]
+  named = model.named_weights()
+  assert (len(named.encoder.layers), len(named.decoder.layers)) == (3, 1)
+  assert Transformer.from_config(model.get_config()).config == model.config
+  assert model((SOURCE, TARGET_IN)).shape == (2, 6, 1000)
+
+
 def test_attention_weights_for_plots():
   weights = _model().attention_weights(SOURCE, TARGET_IN)
   assert len(weights["encoder_self"]) == 2

@@ -231,7 +231,6 @@ def _rewrite(prefix, out, drop=(), add=None, rename=("", "")):
 
 
 @pytest.mark.parametrize("change,needle", [
-    (dict(drop=("decoder/layers/1/",)), "different layer counts"),
     (dict(add={"model/encoder/layers/0/self_attention/layer/"
                "relative_position_keys/.ATTRIBUTES/VARIABLE_VALUE":
                np.zeros([41, 8], np.float32)}), "relative positions"),
@@ -246,6 +245,27 @@ def test_checkpoint_refusals_name_the_variable(tmp_path, change, needle):
   with pytest.raises(ValueError, match=needle):
     _import("shared", tmp_path / "run", path=prefix)
   assert not (tmp_path / "run").exists()
+
+
+def test_a_shallower_decoder_imports_at_its_own_depth(tmp_path):
+  """A checkpoint whose decoder has fewer layers than its encoder (a
+  student's): each stack keeps its depth, and the decoder's layer is the
+  checkpoint's."""
+  original = os.path.join(DATA, "shared", "avg", "ckpt-600")
+  prefix = _rewrite(original, str(tmp_path / "ckpt" / "ckpt-1"),
+                    drop=("decoder/layers/1/",))
+  _import("shared", tmp_path / "run", path=prefix)
+  model, _, _ = loading.trained(str(tmp_path / "run"), None)
+  config = model.config.model
+  assert (config.num_encoder_layers, config.num_decoder_layers) == (2, 1)
+  named = model.named_weights()
+  assert (len(named.encoder.layers), len(named.decoder.layers)) == (2, 1)
+  reader = tf.train.load_checkpoint(original)
+  kernel = ("model/decoder/layers/0/ffn/layer/inner/kernel/"
+            ".ATTRIBUTES/VARIABLE_VALUE")
+  np.testing.assert_array_equal(
+      named.decoder.layers[0].feed_forward.inner.kernel,
+      reader.get_tensor(kernel))
 
 
 def test_a_post_norm_checkpoint_imports_post_norm(tmp_path):

@@ -56,7 +56,7 @@ def test_bad_layer_and_kind_are_named(models, tmp_path):
                      f"--sentence={SENTENCE}", "--layers=3",
                      f"--output_dir={tmp_path}")
   assert layer.returncode != 0
-  assert "--layers=3: the model has 2 layers" in layer.stderr
+  assert "--layers=3: the decoder has 2 layers" in layer.stderr
   kind = run_script("plot_attention.py", f"--model={exported}",
                     f"--sentence={SENTENCE}", "--kind=cross",
                     f"--output_dir={tmp_path}")

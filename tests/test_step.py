@@ -61,7 +61,10 @@ def _model(overrides="", dtype=None, seed=3):
     # OpenNMT-tf's (interop/opennmt_tf.py).
     ("norm_position=pre,activation=gelu_tanh,layer_norm_epsilon=0.001,"
      "positional_encoding=sinusoidal_opennmt,output_bias=true", 2, "xla",
-     "float32")])
+     "float32"),
+    # A student's deep encoder and shallow decoder.
+    ("num_encoder_layers=3,num_decoder_layers=1", 3, "graph", "float32"),
+    ("num_encoder_layers=3,num_decoder_layers=1", 2, "xla", "float32")])
 def test_each_position_equals_teacher_forcing(overrides, group, mode, dtype):
   """Every step, each row's logits equal a teacher-forced pass over its own
   history, while rows take over other slots' hypotheses as in a beam

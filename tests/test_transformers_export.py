@@ -97,6 +97,7 @@ def _worst_log_prob_gap(ours, theirs, start):
     "",  # the paper's: interleaved sinusoids, shared, ReLU
     "share_embeddings=false,activation=swish,output_bias=true",
     "positional_encoding=sinusoidal_halves,activation=gelu",
+    "num_encoder_layers=3,num_decoder_layers=1",  # a student's depths
 ])
 def test_log_probs_equal_ours(tmp_path, overrides):
   model = _model(overrides)
@@ -105,6 +106,9 @@ def test_log_probs_equal_ours(tmp_path, overrides):
   assert _worst_log_prob_gap(model, theirs, special_ids.BOS_ID) < (
       LOG_PROB_BOUND)
   config = json.loads((tmp_path / "hf" / "config.json").read_text())
+  assert (config["encoder_layers"], config["decoder_layers"]) == (
+      model.config.model.num_encoder_layers,
+      model.config.model.num_decoder_layers)
   generation = json.loads(
       (tmp_path / "hf" / "generation_config.json").read_text())
   for ids in (config, generation):

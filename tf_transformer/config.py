@@ -2,7 +2,9 @@
 
 Field names follow the paper: `num_layers` is N, `d_model`, `d_ff`, `num_heads`
 is h, `d_k`, `d_v`, `dropout_rate` is P_drop, `label_smoothing` is epsilon_ls
-(Table 3). Presets: `base` and `big` (Table 3, section 6.1), one per varied row
+(Table 3). `num_encoder_layers` and `num_decoder_layers` give the two stacks
+depths of their own (a distilled student's deep encoder and shallow
+decoder); each is N unless given. Presets: `base` and `big` (Table 3, section 6.1), one per varied row
 of Table 3 (A1-A4, B1-B2, C1-C7, D1-D4, E), `parsing` (section 6.3),
 `small_corpus` (tens of thousands of pairs on a CPU) and `tiny` (tests).
 
@@ -28,7 +30,8 @@ ACTIVATIONS = ("relu", "swish", "gelu", "gelu_tanh")
 DECODER_STARTS = ("bos", "zero")
 # What a checkpoint's weights are made for; every other field is the training
 # recipe, runtime or decoding, which a resumed run may change.
-ARCHITECTURE_FIELDS = ("vocab_size", "num_layers", "d_model", "d_ff",
+ARCHITECTURE_FIELDS = ("vocab_size", "num_layers", "num_encoder_layers",
+                       "num_decoder_layers", "d_model", "d_ff",
                        "num_heads", "d_k", "d_v", "positional_encoding",
                        "max_length", "share_embeddings", "norm_position",
                        "layer_norm_epsilon", "activation", "decoder_start",
@@ -52,6 +55,9 @@ class ModelConfig:
 
   vocab_size: int = 37000
   num_layers: int = 6
+  # Each stack's depth where the two differ; None: num_layers.
+  num_encoder_layers: Optional[int] = None
+  num_decoder_layers: Optional[int] = None
   d_model: int = 512
   d_ff: int = 2048
   num_heads: int = 8
@@ -91,6 +97,11 @@ class ModelConfig:
                            ("decoder_start", DECODER_STARTS)):
       if getattr(self, field) not in allowed:
         _fail(self, field, f"must be one of {allowed}")
+    for field in ("num_encoder_layers", "num_decoder_layers"):
+      if getattr(self, field) is None:
+        object.__setattr__(self, field, self.num_layers)
+      elif getattr(self, field) < 1:
+        _fail(self, field, "must be a positive integer")
     for field in ("d_k", "d_v"):
       if getattr(self, field) is None:
         if self.d_model % self.num_heads:
@@ -188,7 +199,14 @@ class TransformerConfig:
                   for part, fields in _by_part(values).items()})
 
   def replace(self, **changes) -> "TransformerConfig":
-    """A copy with flat fields changed (d_k and d_v stay as they are)."""
+    """A copy with flat fields changed. d_k and d_v stay as they are; a
+    stack depth (num_encoder_layers, num_decoder_layers) that equals
+    num_layers follows a change of num_layers unless it is changed too."""
+    if "num_layers" in changes:
+      for depth in ("num_encoder_layers", "num_decoder_layers"):
+        if depth not in changes and (getattr(self.model, depth) ==
+                                     self.model.num_layers):
+          changes[depth] = changes["num_layers"]
     return dataclasses.replace(self, **{
         part: dataclasses.replace(getattr(self, part), **fields)
         for part, fields in _by_part(changes).items() if fields})

@@ -28,8 +28,8 @@ def parameter_count(c: ModelConfig) -> int:
   embeddings = (1 if c.share_embeddings else 3) * c.vocab_size * c.d_model
   positions = (2 * c.max_length * c.d_model
                if c.positional_encoding == "learned" else 0)
-  return (embeddings + positions + c.num_layers * (encoder_layer + decoder_layer)
-          + final_norms)
+  return (embeddings + positions + c.num_encoder_layers * encoder_layer
+          + c.num_decoder_layers * decoder_layer + final_norms)
 
 
 def forward_flops(c: ModelConfig, source_length: int,
@@ -42,9 +42,9 @@ def forward_flops(c: ModelConfig, source_length: int,
                 + queries * keys * h * (c.d_k + c.d_v)    # Q K^T, weights V
                 + queries * h * c.d_v * c.d_model)        # W^O
   feed_forward = lambda length: 2 * length * 2 * c.d_model * c.d_ff
-  encoder = c.num_layers * (attention(s, s) + feed_forward(s))
-  decoder = c.num_layers * (attention(t, t) + attention(t, s)
-                            + feed_forward(t))
+  encoder = c.num_encoder_layers * (attention(s, s) + feed_forward(s))
+  decoder = c.num_decoder_layers * (attention(t, t) + attention(t, s)
+                                    + feed_forward(t))
   softmax = 2 * t * c.d_model * c.vocab_size
   return encoder + decoder + softmax
 

@@ -23,9 +23,10 @@ from tf_transformer.layers.embedding import positional_encoding
 from tf_transformer.layers.encoder import Encoder
 
 
-def _stack_arguments(config):
-  """Encoder and Decoder arguments from a `ModelConfig`."""
-  return dict(num_layers=config.num_layers, num_heads=config.num_heads,
+def _stack_arguments(config, num_layers):
+  """Encoder and Decoder arguments from a `ModelConfig`, for a stack of
+  `num_layers` layers."""
+  return dict(num_layers=num_layers, num_heads=config.num_heads,
               d_ff=config.d_ff, d_k=config.d_k, d_v=config.d_v,
               dropout_rate=config.dropout_rate,
               attention_dropout_rate=config.attention_dropout_rate,
@@ -72,10 +73,10 @@ class Transformer(keras.Model):
         c.positional_encoding, c.max_length, "target_positions", policy)
     self.source_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
     self.target_dropout = keras.layers.Dropout(c.dropout_rate, dtype=policy)
-    self.encoder = Encoder(**_stack_arguments(c), name="encoder",
-                           dtype=policy)
-    self.decoder = Decoder(**_stack_arguments(c), name="decoder",
-                           dtype=policy)
+    self.encoder = Encoder(**_stack_arguments(c, c.num_encoder_layers),
+                           name="encoder", dtype=policy)
+    self.decoder = Decoder(**_stack_arguments(c, c.num_decoder_layers),
+                           name="decoder", dtype=policy)
 
   def build(self, input_shape=None):
     d_model = self.config.model.d_model

@@ -128,10 +128,10 @@ def layer_image(heads, row_tokens, column_tokens, title):
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 
 
-def choose(spec, count, what):
+def choose(spec, count, what, whose="the model"):
   """0-based indices of `spec`, a flag's value in the paper's counting from
-  1: 'all', 'last' or '1,3'. ValueError names the flag `what` and the
-  model's `count` of them."""
+  1: 'all', 'last' or '1,3'. ValueError names the flag `what` and `whose`
+  `count` of them (the model's, or one stack's)."""
   if spec == "all":
     return list(range(count))
   if spec == "last":
@@ -141,7 +141,7 @@ def choose(spec, count, what):
   except ValueError:
     chosen = [-1]
   if not all(0 <= i < count for i in chosen):
-    raise ValueError(f"--{what}={spec}: the model has {count} {what}, "
+    raise ValueError(f"--{what}={spec}: {whose} has {count} {what}, "
                      f"numbered 1 to {count}")
   return chosen
 
@@ -166,15 +166,16 @@ def attention_heatmaps(attention, kinds, layers, heads, output_dir):
   paper's "layer 5 of 6") for each kind, layer and head (0-based indices)
   of one sentence's `attention` (the `attention` function's outputs:
   source_tokens, target_tokens and [layers, heads, rows, columns] weights
-  per kind); returns the paths."""
+  per kind); `layers` maps each kind to its layers, as the encoder and the
+  decoder may differ in depth. Returns the paths."""
   source = tokens(attention["source_tokens"])
   target = tokens(attention["target_tokens"])
-  num_layers = attention["encoder_self"].shape[0]
   os.makedirs(output_dir, exist_ok=True)
   paths = []
   for kind in kinds:
     rows, columns = axes_tokens(kind, source, target)
-    for layer in layers:
+    num_layers = attention[kind].shape[0]
+    for layer in layers[kind]:
       for head in heads:
         paths.append(attention_heatmap(
             attention[kind][layer, head, :len(rows), :len(columns)], rows,

@@ -40,9 +40,12 @@ def main(argv):
   from tf_transformer.run import runner  # pylint: disable=g-import-not-at-top
   try:
     out = runner.attention(FLAGS.sentence, FLAGS.model, FLAGS.model_dir)
-    num_layers, num_heads = out["encoder_self"].shape[:2]
-    layers = plots.choose(FLAGS.layers, num_layers, "layers")
-    heads = plots.choose(FLAGS.heads, num_heads, "heads")
+    stack = lambda kind: "the encoder" if kind == "encoder_self" else (
+        "the decoder")
+    layers = {kind: plots.choose(FLAGS.layers, out[kind].shape[0], "layers",
+                                 stack(kind))
+              for kind in FLAGS.kind}
+    heads = plots.choose(FLAGS.heads, out["encoder_self"].shape[1], "heads")
   except (OSError, ValueError) as e:
     return command.fail("plot_attention", e, 1)
   print(f"translation: {out['translation'].decode('utf-8', 'replace')}")

@@ -117,7 +117,9 @@ class Ensemble(tf.Module):
   def _one_attention_shape(self):
     """Whether every member has the lead's layers and heads, so that their
     attention distributions can be averaged."""
-    shape = lambda m: (m.config.model.num_layers, m.config.model.num_heads)
+    shape = lambda m: (m.config.model.num_encoder_layers,
+                       m.config.model.num_decoder_layers,
+                       m.config.model.num_heads)
     return all(shape(m) == shape(self.lead) for m in self.members)
 
   @staticmethod

@@ -148,16 +148,16 @@ def build_spec(model, vocabulary, alignment_layer=None):
   if d_k != d_v:
     raise ValueError(f"d_k={d_k} and d_v={d_v}: CTranslate2 has one head "
                      "size for keys and values")
-  sizes = dict(num_layers=len(named.encoder.layers), num_heads=heads,
-               pre_norm=named.norm_position == "pre",
+  sizes = dict(num_heads=heads, pre_norm=named.norm_position == "pre",
                activation=getattr(common_spec.Activation,
                                   _ACTIVATIONS[named.activation]))
   if d_k * heads != config.d_model:
     sizes["head_dim"] = d_k
   spec = transformer_spec.TransformerSpec(
-      transformer_spec.TransformerEncoderSpec(**sizes),
+      transformer_spec.TransformerEncoderSpec(
+          len(named.encoder.layers), **sizes),
       transformer_spec.TransformerDecoderSpec(
-          **sizes, alignment_heads=heads,
+          len(named.decoder.layers), **sizes, alignment_heads=heads,
           alignment_layer=alignment_layer_of(model, alignment_layer) - 1))
   encoder, decoder = spec.encoder, spec.decoder
   encoder.embeddings[0].weight = np.asarray(named.source_embedding)

@@ -98,12 +98,11 @@ def config_fields(hf, path, bos=None):
   for name, value in MUST_BE.items():
     if name in hf and bool(hf[name]) != value:
       refuse(path, f"{name}={hf[name]!r}: this model needs {value}")
-  for a, b in (("encoder_layers", "decoder_layers"),
-               ("encoder_attention_heads", "decoder_attention_heads"),
+  for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                ("encoder_ffn_dim", "decoder_ffn_dim")):
     if hf[a] != hf[b]:
       refuse(path, f"{a}={hf[a]} and {b}={hf[b]}: the encoder and decoder "
-              "share one num_layers, num_heads and d_ff here")
+              "share one num_heads and d_ff here")
   activation = ACTIVATIONS.get(hf.get("activation_function"))
   if activation is None:
     refuse(path, f"activation_function={hf.get('activation_function')!r}: "
@@ -120,6 +119,8 @@ def config_fields(hf, path, bos=None):
             f"or from the first piece after the specials ({bos}) here")
   fields = dict(
       vocab_size=hf["vocab_size"], num_layers=hf["encoder_layers"],
+      num_encoder_layers=hf["encoder_layers"],
+      num_decoder_layers=hf["decoder_layers"],
       d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
       num_heads=hf["encoder_attention_heads"],
       positional_encoding="sinusoidal_halves",
@@ -440,7 +441,8 @@ def model_config(model) -> dict:
       "vocab_size": config.vocab_size,
       "decoder_vocab_size": config.vocab_size,
       "d_model": config.d_model,
-      "encoder_layers": config.num_layers, "decoder_layers": config.num_layers,
+      "encoder_layers": config.num_encoder_layers,
+      "decoder_layers": config.num_decoder_layers,
       "encoder_attention_heads": config.num_heads,
       "decoder_attention_heads": config.num_heads,
       "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,

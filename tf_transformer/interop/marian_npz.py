@@ -124,16 +124,15 @@ def model_config(yml, path):
   if decoder_d_ff not in (0, d_ff):
     refuse(path, f"transformer-decoder-dim-ffn: {decoder_d_ff} and "
             f"transformer-dim-ffn: {d_ff}; one d_ff here")
-  if yml["enc-depth"] != yml["dec-depth"]:
-    refuse(path, f"enc-depth: {yml['enc-depth']} and dec-depth: "
-            f"{yml['dec-depth']}; one num_layers here")
   sizes = set(yml.get("dim-vocabs", []))
   if len(sizes) != 1:
     refuse(path, f"dim-vocabs: {yml.get('dim-vocabs')}; one joint "
             "vocabulary here")
   fields = dict(
       vocab_size=int(sizes.pop()) + 1,  # and <pad>
-      num_layers=int(yml["enc-depth"]), d_model=int(yml["dim-emb"]),
+      num_layers=int(yml["enc-depth"]),
+      num_encoder_layers=int(yml["enc-depth"]),
+      num_decoder_layers=int(yml["dec-depth"]), d_model=int(yml["dim-emb"]),
       d_ff=d_ff, num_heads=int(yml["transformer-heads"]),
       positional_encoding="sinusoidal_halves",
       max_length=max(512, int(yml.get("max-length", 0) or 0)),

@@ -266,9 +266,6 @@ def model_config(checkpoint, kind, vocab_size, source_eos):
     refuse(checkpoint.prefix, "no model/encoder/layers/0/self_attention: "
            "not an OpenNMT-tf Transformer (SelfAttentionEncoder)")
   num_layers = _count_layers(checkpoint, "encoder")
-  if _count_layers(checkpoint, "decoder") != num_layers:
-    refuse(checkpoint.prefix, "the encoder and decoder have different "
-           "layer counts; one num_layers here")
   embedding = "examples_inputter/features_inputter/embedding"
   rows, d_model = checkpoint.shapes.get(embedding, (None, None))
   if rows is None:
@@ -286,7 +283,9 @@ def model_config(checkpoint, kind, vocab_size, source_eos):
       "examples_inputter/labels_inputter/embedding",
       "decoder/output_layer/kernel"))
   fields = dict(
-      vocab_size=vocab_size, num_layers=num_layers, d_model=d_model,
+      vocab_size=vocab_size, num_layers=num_layers,
+      num_encoder_layers=num_layers,
+      num_decoder_layers=_count_layers(checkpoint, "decoder"), d_model=d_model,
       d_ff=d_ff, num_heads=kind.num_heads,
       positional_encoding="sinusoidal_opennmt", share_embeddings=shared,
       norm_position="pre" if pre_norm else "post",

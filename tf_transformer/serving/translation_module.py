@@ -227,10 +227,12 @@ class TranslationModule(tf.Module):
 
   def _no_attention(self, kinds, heads_averaged):
     """`_teacher_forced`'s outputs for an empty batch."""
-    layers = self.model.config.model.num_layers
-    heads = [] if heads_averaged else [self.model.config.model.num_heads]
+    config = self.model.config.model
+    layers = lambda kind: (config.num_encoder_layers if kind == "encoder_self"
+                           else config.num_decoder_layers)
+    heads = [] if heads_averaged else [config.num_heads]
     return (tf.zeros([0, 0], tf.string), tf.zeros([0, 0], tf.string)) + tuple(
-        tf.zeros([0, layers, *heads, 0, 0]) for _ in kinds)
+        tf.zeros([0, layers(kind), *heads, 0, 0]) for kind in kinds)
 
   def _pieces(self, ids):
     return tf.where(ids == PAD_ID, "", self.tokenizer.id_to_string(ids))
