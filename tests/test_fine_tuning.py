@@ -112,3 +112,40 @@ def test_the_starting_weights_are_evaluated_as_step_0(trained_numbers_run,
   losses = [e["metrics"]["loss"] for e in history]
   assert result["best"]["step"] == [0, 2][int(np.argmin(losses))]
   assert (tmp_path / "best" / "best.json").exists()
+
+
+def test_a_shallower_student_starts_from_each_stacks_first_layers(
+    trained_numbers_run, tmp_path):
+  """A student asks fewer decoder layers than the run it starts from: its
+  starting weights (saved as step 0) are the teacher's embeddings, encoder
+  and first decoder layer, bit for bit; more layers than the teacher's are
+  refused."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  options = dict(OPTIONS, eval_every_steps=2, eval_max_sentences=8,
+                 best_metric="loss")
+  Runner(str(tmp_path / "student")).train(
+      _config("dropout_rate=0.0,num_decoder_layers=1", steps=2), OTHER_DATA,
+      init_from=str(trained_numbers_run), **options)
+  student, _ = run_dir.load_trained_model(
+      str(tmp_path / "student"), str(tmp_path / "student" / "ckpt-0"))
+  teacher, _ = run_dir.load_trained_model(str(trained_numbers_run))
+  ours, theirs = student.named_weights(), teacher.named_weights()
+  assert (len(ours.encoder.layers), len(ours.decoder.layers)) == (2, 1)
+  pairs = [(ours.source_embedding, theirs.source_embedding),
+           (ours.encoder.layers, theirs.encoder.layers),
+           (ours.decoder.layers[0], theirs.decoder.layers[0])]
+  flat = lambda tree: [np.asarray(v) for v in tf.nest.flatten(tree)
+                       if hasattr(v, "shape")]
+  for mine, other in pairs:
+    assert all(np.array_equal(a, b) for a, b in zip(
+        flat(mine), flat(other), strict=True))
+  trained, _ = run_dir.load_trained_model(str(tmp_path / "student"))
+  assert not np.array_equal(  # then trained on
+      flat(trained.named_weights().decoder.layers[0])[0],
+      flat(ours.decoder.layers[0])[0])
+  with pytest.raises(ValueError, match=r"has another architecture than "
+                     r"asked \(theirs, asked\): \{'num_encoder_layers': "
+                     r"\(2, 3\)\}.*fewer encoder or decoder layers"):
+    Runner(str(tmp_path / "deeper")).train(
+        _config("dropout_rate=0.0,num_encoder_layers=3"), OTHER_DATA,
+        init_from=str(trained_numbers_run), **OPTIONS)

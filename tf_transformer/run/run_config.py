@@ -17,6 +17,8 @@ from tf_transformer.data import vocabulary as vocabulary_lib
 from tf_transformer.run import run_dir
 
 STATS_FILE = "data_stats.json"
+# Depths a run started --init_from another may ask fewer of (a student).
+DEPTHS = ("num_layers", "num_encoder_layers", "num_decoder_layers")
 
 
 def fine_tuning_config(model_dir, config, init_dir, init_from, vocab_size):
@@ -27,12 +29,25 @@ def fine_tuning_config(model_dir, config, init_dir, init_from, vocab_size):
   asked = config.replace(vocab_size=theirs.model.vocab_size).flat()
   saved = theirs.flat()
   diff = {k: (saved[k], asked[k]) for k in config_lib.ARCHITECTURE_FIELDS
-          if saved[k] != asked[k]}
-  if diff:
+          if saved[k] != asked[k] and k not in DEPTHS}
+  deeper = {k: (saved[k], asked[k]) for k in DEPTHS[1:]
+            if asked[k] > saved[k]}
+  if diff or deeper:
     raise ValueError(
         f"--init_from={init_from} has another architecture than asked "
-        f"(theirs, asked): {diff}; leave out --config to take theirs, or "
-        "pass the --config and --hparams it was trained with")
+        f"(theirs, asked): {diff or deeper}; leave out --config to take "
+        "theirs, or pass the --config and --hparams it was trained with "
+        "(fewer encoder or decoder layers may be asked: each stack takes "
+        "their first ones)")
+  shallower = {k: (saved[k], asked[k]) for k in DEPTHS[1:]
+               if asked[k] < saved[k]}
+  if shallower:
+    logging.info(
+        "--init_from=%s: %s; each stack takes its first layers and the "
+        "embeddings, a shrunk teacher that fine-tuning adapts (Shleifer and "
+        "Rush, 2020)", init_from, ", ".join(
+            f"{asked[k]} of its {saved[k]} {k[4:].replace('_', ' ')}"
+            for k in shallower))
   vocabulary = vocabulary_lib.Vocabulary.load(init_dir)
   if vocabulary_lib.Vocabulary.saved_in(model_dir):
     if vocabulary_lib.Vocabulary.load(model_dir).model_proto != (
