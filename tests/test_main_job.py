@@ -208,6 +208,11 @@ def test_main_job_multi30k_names_what_is_missing(tmp_path):
           "train.en.gz or train.en" in result.stderr)
   helped = run_script("main_job.py", "--help")
   assert helped.returncode == 0 and "--data_dir" in helped.stdout
+  result = run_script("main_job.py", "--student",
+                      f"--work_dir={tmp_path / 'work'}")
+  assert result.returncode == 1
+  assert ("main_job: error: --student: --task=numbers has no training files "
+          "to distill; use --task=multi30k") in result.stderr
 
 
 def test_a_time_budget_is_checkpointed_by_time():
@@ -384,3 +389,53 @@ def test_a_tie_keeps_the_average_and_loss_decides_only_by_loss(
   assert source["checkpoint"] == "best"
   assert line.startswith("the best checkpoint, step 666 (dev loss 1.9, ")
   assert line.endswith("; the lowest dev loss; greedy search")
+
+
+@pytest.mark.skipif(not os.path.isdir(MULTI30K), reason=(
+    f"the Multi30k captions are not at {MULTI30K} (set MULTI30K_DIR to the "
+    "folder with train/val/test_2016_flickr .en.gz/.de.gz)"))
+def test_student_job_distills_the_teacher_into_a_shallow_decoder(tmp_path):
+  """--student: the teacher's job, its translations of the training
+  sources (the announced translate.py --resume), a 2-1 student started from
+  the 2-2 teacher's weights, trained on them with its vocabulary and
+  exported in bfloat16 over a shortlist, and both timed side by side."""
+  from tf_transformer.run import run_dir as run_dir_lib  # pylint: disable=g-import-not-at-top
+  from tf_transformer.run import student_job  # pylint: disable=g-import-not-at-top
+  data_dir = _cut_multi30k(tmp_path / "multi30k", (
+      ("train", 120), ("val", 16), ("test_2016_flickr", 16)))
+  work, exports = tmp_path / "work", tmp_path / "saved_models" / "multi30k"
+  announced = []
+  result = student_job.run_student_job(
+      "multi30k", work_dir=str(work), export_dir=str(exports),
+      data_dir=str(data_dir), train_steps=8, vocab_size=500,
+      average_checkpoints=2, num_examples=1,
+      hparams="num_layers=2,d_model=32,d_ff=64,max_decode_length_offset=4",
+      student_hparams="num_decoder_layers=1,max_decode_length_offset=4",
+      student_steps=8, student_shortlist=(5, 10),
+      announce=lambda stage, line: announced.append((stage, line)))
+  stages = dict(announced)  # the student's stages come last
+  distill = stages["distill"]
+  assert distill.startswith("bin/translate.py --resume ") and (
+      f"--output={result.distilled}" in distill)
+  distilled = open(result.distilled, encoding="utf-8").read().splitlines()
+  assert result.distilled_now == len(distilled) == 120
+  student_run = str(work / "student" / "run")
+  spec = run_dir_lib.load_spec(student_run)
+  assert spec.train_target == result.distilled
+  assert open(os.path.join(student_run, "vocabulary.model"), "rb").read() == (
+      open(work / "run" / "vocabulary.model", "rb").read())
+  train = stages["train"]
+  assert train.endswith(f" --init_from={result.teacher.weights}") and (
+      "--hparams=num_layers=2,d_model=32,d_ff=64," in train)
+  assert result.depths == {"teacher": (2, 2), "student": (2, 1)}
+  assert result.parameters["student"] < result.parameters["teacher"]
+  assert result.student.export.startswith(f"{exports}_student")
+  assert result.student.export_dtype == "bfloat16"
+  assert os.path.exists(os.path.join(student_run, "shortlist.npz"))
+  assert all(s.one_sentence_ms > 0 and s.sentences_per_cpu_second > 0
+             for s in result.speed.values())
+  table = student_job.summary(result)[-3:]
+  assert table[0].startswith("model") and "1 sentence, CPU ms" in table[0]
+  assert table[1].startswith("teacher (float32)") and " 2-2 " in table[1]
+  assert table[2].startswith("student (bfloat16, shortlist 5,10)") and (
+      " 2-1 " in table[2])

@@ -44,11 +44,36 @@ def define_flags():
                     "--mixed_precision); auto: chosen for this CPU.")
   flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "
                        "the task's 40,000); fewer for a quick try.")
+  flags.DEFINE_bool("student", False, "After the job (whose training is "
+                    "reused where finished), distill its model: translate "
+                    "the training sources with it, train a student with its "
+                    "encoder and one decoder layer on them, from its "
+                    "weights, in WORK_DIR/student, export it to "
+                    "EXPORT_DIR_student (bfloat16, shortlist 50,300) and "
+                    "time both (docs/recipes.md). --task=multi30k.")
+  flags.DEFINE_float("student_minutes", None, "--student: the student's "
+                     "training budget (default: the task's).")
+  flags.DEFINE_integer("student_steps", None, "--student: the student's "
+                       "optimizer updates (default: the preset's, bounded "
+                       "by --student_minutes).")
+  flags.DEFINE_string("student_hparams", "num_decoder_layers=1",
+                      "--student: the student's overrides of the teacher's "
+                      "architecture and schedule; its depths at most the "
+                      "teacher's, whose first layers start each stack.")
+  flags.DEFINE_bool("student_with_references", False, "--student: train on "
+                    "the references too, beside the teacher's "
+                    "translations (two corpora, drawn alike).")
 
 
 def job_arguments(values=None) -> dict:
-  """`run_job` keyword arguments from the flags."""
+  """`run_job` keyword arguments from the flags; with --student,
+  `run_student_job`'s."""
   values = values or flags.FLAGS
   arguments = {name: values[name].value for name in JOB_ARGUMENTS}
   arguments["task_name"] = values.task
+  if values.student:
+    arguments.update(student_hparams=values.student_hparams,
+                     student_minutes=values.student_minutes,
+                     student_steps=values.student_steps,
+                     with_references=values.student_with_references)
   return arguments

@@ -9,7 +9,7 @@ bin/main_job.py is its flags and its printout.
 
 Each stage calls the `Runner` and is announced with the bin/ command that
 does the same alone, so any stage can be rerun by hand; the command's flags
-and the call's arguments are written once (`_given`, `_command`). Run it
+and the call's arguments are written once (`_given`, `command_line`). Run it
 again and the finished training is reused (a killed one resumes from its
 last checkpoint); each run exports the next version of `export_dir`.
 """
@@ -64,6 +64,7 @@ class JobResult:
   averaged_up_to_best: Optional[runner_lib.Averaged]
   chosen: str  # which weights were exported, and why (a line)
   export: str  # the SavedModel version
+  weights: str  # the exported weights' model directory (--init_from takes it)
   decoding: DecodingOptions  # the export's search
   export_dtype: str  # its weights' and matmuls' type
   texts: dict  # split -> (source file, reference file)
@@ -100,11 +101,16 @@ def task_files(task, task_name, data_dir, out_dir):
 
 
 def _data(task, task_name, data_dir, work_dir, run_dir, seed,
-          numbers_train_size):
-  """(DataSpec, its bin/ flags, {split: (source, reference) files})."""
+          numbers_train_size, train_pairs=None):
+  """(DataSpec, its bin/ flags, {split: (source, reference) files});
+  `train_pairs`, (source, target) file pairs, replace the task's training
+  files (a student's distilled targets: several pairs are several
+  corpora, drawn alike)."""
   if task.splits:
     files = task_files(task, task_name, data_dir,
                        os.path.join(work_dir, "data"))
+    if train_pairs:
+      files["train"] = [",".join(files) for files in zip(*train_pairs)]
     spec = DataSpec(dataset="", seed=seed, **{
         f"{split}_{side}": path for split, pair in files.items()
         for side, path in zip(("source", "target"), pair)})
@@ -191,10 +197,16 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
             train_minutes=None, vocab_size=None, average_checkpoints=5,
             num_examples=8, seed=0, numbers_train_size=None,
             export_dtype="float32", mixed_precision="auto", stop=None,
-            announce: Callable[[str, str], None] = lambda stage, line: None
-            ) -> JobResult:
+            announce: Callable[[str, str], None] = lambda stage, line: None,
+            train_pairs=None, vocabulary_from=None, export_shortlist=None,
+            init_from=None) -> JobResult:
   """Runs every stage; `announce(stage, command)` hears of each before it
-  starts. Raises JobError (a missing flag or file), JobStopped, and what
+  starts. A student's job (`student_job.py`) trains on `train_pairs`
+  ((source, target) files replacing the task's training files), with the
+  vocabulary of the run `vocabulary_from` (copied, not built), starts from
+  the weights of `init_from` (a model directory; `train.py --init_from`),
+  and exports over a vocabulary shortlist of its training data,
+  `export_shortlist` (K, N). Raises JobError (a missing flag or file), JobStopped, and what
   the stages raise (DataError, ValueError, CheckpointError)."""
   task = TASKS[task_name]
   work_dir = work_dir or os.path.join("runs", task_name)
@@ -211,12 +223,16 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
 
   start = time.time()
   spec, data_flags, texts = _data(task, task_name, data_dir, work_dir,
-                                  run_dir, seed, numbers_train_size)
+                                  run_dir, seed, numbers_train_size,
+                                  train_pairs)
+  if vocabulary_from and not os.path.exists(
+      os.path.join(run_dir, "vocabulary.model")):
+    shutil.copy(os.path.join(vocabulary_from, "vocabulary.model"), run_dir)
   if not os.path.exists(os.path.join(run_dir, "vocabulary.model")):
     prepare = dict(vocab_size=vocab_size, seed=seed,
                    write_text=() if task.splits else ("dev", "test"))
-    announce("prepare", _command("prepare_data.py", *data_flags,
-                                 output_dir=run_dir, **prepare))
+    announce("prepare", command_line("prepare_data.py", *data_flags,
+                                     output_dir=run_dir, **prepare))
     runner.prepare(spec, **prepare)
   times["prepare"] = time.time() - start
 
@@ -231,8 +247,9 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
       vocab_size=vocab_size, seed=seed, train_minutes=minutes,
       checkpoint_every_secs=every_secs, checkpoint_every_steps=every or None,
       eval_every_steps=evaluate_every, best_metric=task.best_metric,
-      log_every_steps=log_every, mixed_precision=mixed_precision or None)
-  announce("train", _command(
+      log_every_steps=log_every, mixed_precision=mixed_precision or None,
+      init_from=init_from)
+  announce("train", command_line(
       "train.py", f"--config={config_name}", f"--hparams={hparams}",
       *data_flags, model_dir=run_dir, train_steps=train_steps, **train))
   training = runner.train(train_config, spec, stop=stop, **train)
@@ -244,8 +261,8 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   saved = len(checkpoints.checkpoint_paths(run_dir))
   average = dict(num_checkpoints=max(1, min(saved, average_checkpoints)),
                  output_dir=averaged_dir)
-  announce("average", _command("average_checkpoints.py", model_dir=run_dir,
-                               **average))
+  announce("average", command_line("average_checkpoints.py",
+                                   model_dir=run_dir, **average))
   averaged = runner.average(**average)
   up_to_best_dir = os.path.join(work_dir, "averaged_up_to_best")
   up_to_best = _average_up_to_best(runner, up_to_best_dir, averaged,
@@ -259,11 +276,18 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   times["choose"] = time.time() - start
 
   start = time.time()
+  if export_shortlist:
+    announce("shortlist", command_line("build_shortlist.py",
+                                       model_dir=run_dir))
+    _, table = runner.build_shortlist()
+    if source["model_dir"] != run_dir:  # the exported weights' directory
+      shutil.copy(table, source["model_dir"])
   exporting = _given(checkpoint=source["checkpoint"], export_dir=export_dir,
                      dtype=None if export_dtype == "float32"
-                     else export_dtype)
-  announce("export", _command("export.py", model_dir=source["model_dir"],
-                              **exporting))
+                     else export_dtype,
+                     shortlist=tuple(export_shortlist or ()) or None)
+  announce("export", command_line("export.py",
+                                  model_dir=source["model_dir"], **exporting))
 
   def export_warning(text):  # the export's stages are not announced
     if text.startswith("warning:"):
@@ -279,7 +303,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   scores = {}
   for split, (source_file, reference) in texts.items():
     output = os.path.join(work_dir, split + ".translation")
-    announce(f"evaluate {split}", _command(
+    announce(f"evaluate {split}", command_line(
         "evaluate.py", model=export, source=source_file, reference=reference,
         output=output))
     result = runner_lib.evaluate(translator, read_lines(source_file),
@@ -293,12 +317,14 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   start = time.time()
   sources = read_lines(texts["test"][0])[:num_examples]
   references = read_lines(texts["test"][1])[:num_examples]
-  announce("translate", _command("translate.py", model=export,
-                                 input=texts["test"][0]))
+  announce("translate", command_line("translate.py", model=export,
+                                     input=texts["test"][0]))
   translations = [n[0][0] for n in runner_lib.translate(translator, sources)]
   times["translate"] = time.time() - start
+  weights = (os.path.join(run_dir, "best") if source["checkpoint"] == "best"
+             else source["model_dir"])
   return JobResult(task_name, config_name, training, averaged, up_to_best,
-                   chosen, export,
+                   chosen, export, weights,
                    decoding, export_dtype, texts, scores,
                    list(zip(sources, translations, references)), times)
 
@@ -317,8 +343,8 @@ def _average_up_to_best(runner, output_dir, averaged, count, announce):
     return None
   arguments = dict(num_checkpoints=min(count, len(kept)),
                    output_dir=output_dir, last_step=best["step"])
-  announce("average", _command("average_checkpoints.py",
-                               model_dir=runner.model_dir, **arguments))
+  announce("average", command_line("average_checkpoints.py",
+                                   model_dir=runner.model_dir, **arguments))
   return runner.average(**arguments)
 
 
@@ -366,14 +392,14 @@ def _given(**arguments):
           if value is not None}
 
 
-def _command(script, *flags, **arguments):
+def command_line(script, *flags, **arguments):
   """The bin/ command line of a stage: `flags` as they are, then
   `--name=value` for each argument that is not None or empty (sequences
   comma-separated), so that the line and the stage's `Runner` call are
   written once, from the same arguments."""
   for name, value in arguments.items():
     if isinstance(value, (tuple, list)):
-      value = ",".join(value)
+      value = ",".join(map(str, value))
     if value is not None and value != "":
       flags += (f"--{name}={value:g}" if isinstance(value, float)
                 else f"--{name}={value}",)
