@@ -76,27 +76,37 @@ def test_log_probs_equal_transformers(tmp_path, activation, share):
   position's log-probabilities are the same."""
   theirs_model = _save(str(tmp_path), activation, share)
   imported = marian.from_transformers(str(tmp_path))
-  ours_id = np.argsort(imported.order)  # published id -> ours
   sources, targets = zip(*_pairs(50))
-  padded = lambda rows, pad: keras.utils.pad_sequences(
-      rows, padding="post", value=pad, dtype="int64")
+  logits, theirs, ours, worst = _teacher_forced(theirs_model, imported,
+                                                sources, targets, PAD)
+  assert np.isfinite(theirs).all() and np.isfinite(ours).all()
+  # Two engines' kernels: float32_bounds, relative to these random models'
+  # logits (magnitude about 5: a bound of about 5e-5).
+  assert worst < log_prob_bound(logits)
+  assert bool(imported.notes) == (not share)
+
+
+def _teacher_forced(theirs_model, imported, sources, targets, pad):
+  """Both models teacher forced on the published ids `sources` and
+  `targets` (padded with `pad`; ours in its own ids): (their logits,
+  their log-probabilities, ours, the largest difference of the two at a
+  real target position, over the published ids)."""
+  ours_id = np.argsort(imported.order)  # published id -> ours
+  padded = lambda rows, value: keras.utils.pad_sequences(
+      rows, padding="post", value=value, dtype="int64")
   with torch.no_grad():
-    source_ids = torch.tensor(padded(sources, PAD))
+    source_ids = torch.tensor(padded(sources, pad))
     logits = theirs_model(input_ids=source_ids,
-                          attention_mask=source_ids != PAD,
-                          labels=torch.tensor(padded(targets, PAD))).logits
+                          attention_mask=source_ids != pad,
+                          labels=torch.tensor(padded(targets, pad))).logits
   theirs = torch.log_softmax(logits, -1).numpy()
   ours = _log_softmax(imported.model((
       padded([ours_id[s] for s in sources], special_ids.PAD_ID),
       padded([np.concatenate([[special_ids.BOS_ID], ours_id[t[:-1]]])
               for t in targets], special_ids.PAD_ID))))
-  assert np.isfinite(theirs).all() and np.isfinite(ours).all()
   worst = max(np.abs(ours[row, :len(t)][:, ours_id] - theirs[row, :len(t)])
               .max() for row, t in enumerate(targets))
-  # Two engines' kernels: float32_bounds, relative to these random models'
-  # logits (magnitude about 5: a bound of about 5e-5).
-  assert worst < log_prob_bound(logits.numpy())
-  assert bool(imported.notes) == (not share)
+  return logits.numpy(), theirs, ours, worst
 
 
 def _generate(model, source, **kwargs):
@@ -194,27 +204,14 @@ def test_a_deep_encoder_and_shallow_decoder_import_and_export_back(
   assert (config.num_encoder_layers, config.num_decoder_layers) == (6, 2)
   named = imported.model.named_weights()
   assert (len(named.encoder.layers), len(named.decoder.layers)) == (6, 2)
-  ours_id = np.argsort(imported.order)
   rng = np.random.default_rng(1)
   sources, targets = zip(*(
       (np.append(rng.integers(2, pad, rng.integers(2, 12)), EOS),
        np.append(rng.integers(1, pad, rng.integers(1, 12)), EOS))
       for _ in range(20)))
-  padded = lambda rows, value: keras.utils.pad_sequences(
-      rows, padding="post", value=value, dtype="int64")
-  with torch.no_grad():
-    source_ids = torch.tensor(padded(sources, pad))
-    logits = theirs_model(input_ids=source_ids,
-                          attention_mask=source_ids != pad,
-                          labels=torch.tensor(padded(targets, pad))).logits
-  theirs = torch.log_softmax(logits, -1).numpy()
-  ours = _log_softmax(imported.model((
-      padded([ours_id[s] for s in sources], special_ids.PAD_ID),
-      padded([np.concatenate([[special_ids.BOS_ID], ours_id[t[:-1]]])
-              for t in targets], special_ids.PAD_ID))))
-  worst = max(np.abs(ours[row, :len(t)][:, ours_id] - theirs[row, :len(t)])
-              .max() for row, t in enumerate(targets))
-  assert worst < log_prob_bound(logits.numpy())
+  logits, _, _, worst = _teacher_forced(theirs_model, imported, sources,
+                                        targets, pad)
+  assert worst < log_prob_bound(logits)
   # Imported as a run and exported back: the depths, and the weights bit
   # for bit.
   from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
