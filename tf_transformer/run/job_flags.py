@@ -63,9 +63,6 @@ def define_flags():
   flags.DEFINE_bool("student_with_references", False, "--student: train on "
                     "the references too, beside the teacher's "
                     "translations (two corpora, drawn alike).")
-  flags.DEFINE_bool("student_word_distillation", False, "--student: add "
-                    "word-level distillation from the teacher's weights "
-                    "(train.py --distill_from).")
 
 
 def job_arguments(values=None) -> dict:
@@ -78,6 +75,5 @@ def job_arguments(values=None) -> dict:
     arguments.update(student_hparams=values.student_hparams,
                      student_minutes=values.student_minutes,
                      student_steps=values.student_steps,
-                     with_references=values.student_with_references,
-                     word_distillation=values.student_word_distillation)
+                     with_references=values.student_with_references)
   return arguments

@@ -199,13 +199,13 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
             export_dtype="float32", mixed_precision="auto", stop=None,
             announce: Callable[[str, str], None] = lambda stage, line: None,
             train_pairs=None, vocabulary_from=None, export_shortlist=None,
-            init_from=None, distill_from=None) -> JobResult:
+            init_from=None) -> JobResult:
   """Runs every stage; `announce(stage, command)` hears of each before it
   starts. A student's job (`student_job.py`) trains on `train_pairs`
   ((source, target) files replacing the task's training files), with the
   vocabulary of the run `vocabulary_from` (copied, not built), starts from
   the weights of `init_from` (a model directory; `train.py --init_from`),
-  with word-level distillation from `distill_from`'s if given, and exports over a vocabulary shortlist of its training data,
+  and exports over a vocabulary shortlist of its training data,
   `export_shortlist` (K, N). Raises JobError (a missing flag or file), JobStopped, and what
   the stages raise (DataError, ValueError, CheckpointError)."""
   task = TASKS[task_name]
@@ -248,7 +248,7 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
       checkpoint_every_secs=every_secs, checkpoint_every_steps=every or None,
       eval_every_steps=evaluate_every, best_metric=task.best_metric,
       log_every_steps=log_every, mixed_precision=mixed_precision or None,
-      init_from=init_from, distill_from=distill_from)
+      init_from=init_from)
   announce("train", command_line(
       "train.py", f"--config={config_name}", f"--hparams={hparams}",
       *data_flags, model_dir=run_dir, train_steps=train_steps, **train))

@@ -67,20 +67,6 @@ def fine_tuning_config(model_dir, config, init_dir, init_from, vocab_size):
   return config.replace(vocab_size=theirs.model.vocab_size)
 
 
-def teacher_config(teacher_dir, distill_from, model_dir):
-  """The config of --distill_from's run `teacher_dir`, after checking that
-  its vocabulary is the one `model_dir` trains with. Raises ValueError
-  naming both."""
-  if vocabulary_lib.Vocabulary.load(teacher_dir).model_proto != (
-      vocabulary_lib.Vocabulary.load(model_dir).model_proto):
-    raise ValueError(
-        f"--distill_from={distill_from} has another vocabulary than "
-        f"{model_dir}: word-level distillation compares the teacher's and "
-        "the student's probabilities piece by piece; start the student "
-        "--init_from the teacher, or with its vocabulary.model")
-  return run_dir.load_config(teacher_dir)
-
-
 def run_config(model_dir, config, spec, chief, vocab_size, vocab_model_type,
                seed, max_length, allow_recipe_change, flags_text,
                allow_data_change=False):

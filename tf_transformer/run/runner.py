@@ -104,7 +104,7 @@ class Runner:
   def train(self, config, spec, strategy=None, stop=None, vocab_size=None,
             vocab_model_type="bpe", allow_recipe_change=False,
             ignore_run_lock=False, flags_text="", init_from=None,
-            allow_data_change=False, distill_from=None, **options) -> dict:
+            allow_data_change=False, **options) -> dict:
     """Trains `config` on `spec` into the run directory, or resumes it.
 
     A new run builds its vocabulary (or takes the one `prepare` left) and
@@ -114,9 +114,7 @@ class Runner:
     or a checkpoint) starts a new run from its model weights, with its
     vocabulary and architecture and a fresh optimizer, step and schedule.
     `config` may be a `config.AutoConfig`, chosen by the training pairs
-    (logged with the reason). `distill_from` (a run or a checkpoint with
-    this run's vocabulary) adds word-level distillation from its weights.
-    `options`: `TrainOptions` fields (steps and
+    (logged with the reason). `options`: `TrainOptions` fields (steps and
     batch size are `config.training`'s). Returns `Trainer.train`'s result:
     step, losses, dev metrics, checkpoint, stopped_by, time_up,
     weights_fingerprint.
@@ -129,12 +127,8 @@ class Runner:
             else contextlib.nullcontext())
     init_dir, init_checkpoint = (run_dir.run_and_checkpoint(init_from)
                                  if init_from else (None, None))
-    teacher_dir, teacher_checkpoint = (
-        run_dir.run_and_checkpoint(distill_from, flag="--distill_from")
-        if distill_from else (None, None))
     train_options = trainer_lib.TrainOptions(
-        model_dir=self.model_dir, init_from=init_checkpoint,
-        distill_from=teacher_checkpoint, **options)
+        model_dir=self.model_dir, init_from=init_checkpoint, **options)
     with lock:
       if init_dir and chief:
         config = run_config.fine_tuning_config(
@@ -143,8 +137,6 @@ class Runner:
           self.model_dir, config, spec, chief, vocab_size, vocab_model_type,
           train_options.seed, train_options.max_length, allow_recipe_change,
           flags_text, allow_data_change)
-      teacher_config = teacher_dir and run_config.teacher_config(
-          teacher_dir, distill_from, self.model_dir)
       mixed_precision, why = precision.resolve(
           self.model_dir, train_options.mixed_precision, config,
           strategy_lib.num_workers(strategy))
@@ -157,8 +149,7 @@ class Runner:
       policy = keras.mixed_precision.global_policy()
       try:
         trainer = trainer_lib.Trainer(config, vocabulary, spec,
-                                      train_options, strategy,
-                                      teacher_config)
+                                      train_options, strategy)
         result = trainer.train(stop)
       finally:
         # The trainer sets Keras' global policy (mixed precision); what this

@@ -54,7 +54,7 @@ class StudentResult:
 def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
                     data_dir=None, student_hparams=STUDENT_HPARAMS,
                     student_minutes=None, student_steps=None,
-                    with_references=False, word_distillation=False,
+                    with_references=False,
                     student_shortlist=STUDENT_SHORTLIST, stop=None,
                     announce=lambda stage, line: None,
                     **teacher) -> StudentResult:
@@ -63,8 +63,7 @@ def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
   (train_minutes, hparams, ...); the student takes the teacher's
   architecture, learning rate schedule and dropout with `student_hparams`
   over them (at most the teacher's depths), `student_minutes` (default:
-  the task's) or `student_steps`; with `word_distillation`, the teacher's
-  top-k probabilities too (`train.py --distill_from`). Raises what `run_job` raises, and JobError for a task
+  the task's) or `student_steps`. Raises what `run_job` raises, and JobError for a task
   without training files."""
   task = TASKS[task_name]
   if not task.splits:
@@ -101,8 +100,7 @@ def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
       mixed_precision=teacher.get("mixed_precision", "auto"), stop=stop,
       announce=announce, train_pairs=pairs,
       vocabulary_from=os.path.join(work_dir, "run"),
-      export_shortlist=student_shortlist, init_from=teacher_result.weights,
-      distill_from=teacher_result.weights if word_distillation else None)
+      export_shortlist=student_shortlist, init_from=teacher_result.weights)
 
   tests = teacher_result.texts["test"][0]
   parameters, depths, speed = {}, {}, {}

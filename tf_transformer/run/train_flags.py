@@ -14,8 +14,7 @@ TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "xla_loss",
                  "log_gradient_norm", "train_minutes", "divergence_factor",
                  "divergence_window", "eval_decoding", "best_metric",
-                 "early_stopping", "early_stopping_min_delta",
-                 "distill_top_k", "distill_weight")
+                 "early_stopping", "early_stopping_min_delta")
 
 
 def define_flags():
@@ -112,16 +111,6 @@ def define_flags():
                       "with its vocabulary and architecture (--config and "
                       "--hparams default to its config) and a fresh "
                       "optimizer, step and schedule.")
-  flags.DEFINE_string("distill_from", None, "Word-level distillation: a "
-                      "teacher run (a model directory, RUN/best or a "
-                      "checkpoint path) with this run's vocabulary; each "
-                      "training token's loss mixes in the cross-entropy "
-                      "against its top --distill_top_k probabilities.")
-  flags.DEFINE_integer("distill_top_k", 8, "--distill_from: the teacher's "
-                       "candidates a token.", lower_bound=1)
-  flags.DEFINE_float("distill_weight", 0.5, "--distill_from: the weight of "
-                     "the distillation loss (1 - it: the label-smoothed "
-                     "loss's).", lower_bound=0.0, upper_bound=1.0)
   flags.DEFINE_bool("allow_data_change", False, "Resume --model_dir on other "
                     "training data than it was trained on, keeping its "
                     "optimizer state and step (to start afresh on new data "
@@ -170,7 +159,7 @@ def train_arguments(values=None) -> dict:
   return dict(
       vocab_size=values.vocab_size, vocab_model_type=values.vocab_model_type,
       allow_recipe_change=values.allow_recipe_change,
-      init_from=values.init_from, distill_from=values.distill_from,
+      init_from=values.init_from,
       allow_data_change=values.allow_data_change,
       ignore_run_lock=values.ignore_run_lock,
       flags_text=values.flags_into_string(),

@@ -111,29 +111,3 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
   def get_config(self):
     return {**super().get_config(), "label_smoothing": self.label_smoothing}
-
-
-def top_k_distillation_losses(logits, teacher_logits, top_k=8):
-  """Word-level knowledge distillation (Kim and Rush, 2016, section 3.1;
-  Hinton et al., 2015): per token, the cross-entropy of the student's
-  distribution against the teacher's `top_k` most probable tokens,
-  renormalized (temperature 1). Keras' `distillation.LogitsDistillation`
-  takes the teacher's whole vocabulary and averages over every position,
-  padding included, so the masked top-k form is written here.
-
-  Args:
-    logits: [batch, length, vocab] the student's.
-    teacher_logits: [batch, length, vocab] the teacher's, same vocabulary.
-    top_k: the teacher's candidates per token.
-  Returns:
-    [batch, length] float32: logsumexp(z) - sum_j p_j z_{i_j}, with i_j the
-    teacher's top-k tokens and p_j their renormalized probabilities; no
-    gradient reaches the teacher. Zero it at padding with `token_losses`'
-    weights.
-  """
-  logits = ops.cast(logits, "float32")
-  teacher_logits = ops.stop_gradient(ops.cast(teacher_logits, "float32"))
-  values, indices = ops.top_k(teacher_logits, top_k)
-  targets = ops.softmax(values, axis=-1)
-  chosen = ops.take_along_axis(logits, indices, axis=-1)
-  return ops.logsumexp(logits, axis=-1) - ops.sum(targets * chosen, axis=-1)

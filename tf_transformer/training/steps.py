@@ -20,7 +20,6 @@ import tensorflow as tf
 from tf_transformer.data import pipeline_options
 from tf_transformer.special_ids import PAD_ID
 from tf_transformer.training.loss import token_losses
-from tf_transformer.training.loss import top_k_distillation_losses
 
 SUM = tf.distribute.ReduceOp.SUM
 MEAN = tf.distribute.ReduceOp.MEAN
@@ -35,17 +34,11 @@ class DistributedSteps:
     strategy: the tf.distribute strategy.
     label_smoothing: epsilon_ls (section 5.4).
     options: the run's `TrainOptions` (gradient_accumulation_steps,
-      xla_loss, log_gradient_norm, distill_top_k, distill_weight).
-    teacher: with word-level distillation, the teacher's frozen model (same
-      vocabulary); a training token's loss is then (1 - distill_weight)
-      times the smoothed loss plus distill_weight times the cross-entropy
-      against the teacher's top-k (`loss.top_k_distillation_losses`).
+      xla_loss, log_gradient_norm).
   """
 
-  def __init__(self, model, optimizer, strategy, label_smoothing, options,
-               teacher=None):
+  def __init__(self, model, optimizer, strategy, label_smoothing, options):
     self.model, self.optimizer, self.strategy = model, optimizer, strategy
-    self.teacher = teacher
     self.label_smoothing, self.options = label_smoothing, options
     self.accumulation = options.gradient_accumulation_steps
     if self.accumulation > 1:
@@ -69,12 +62,6 @@ class DistributedSteps:
     losses, nll, weights = token_losses(target_out, logits,
                                         self.label_smoothing,
                                         jit_compile=self.options.xla_loss)
-    if training and self.teacher is not None:
-      teacher_logits = self.teacher((source, target_in), training=False)
-      distilled = top_k_distillation_losses(
-          logits, teacher_logits, self.options.distill_top_k) * weights
-      losses = ((1.0 - self.options.distill_weight) * losses
-                + self.options.distill_weight * distilled)
     source_tokens = tf.reduce_sum(tf.cast(source != PAD_ID, tf.float32))
     return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weights),
             source_tokens)

@@ -102,19 +102,13 @@ class TrainOptions:
   # optimizer, step and schedule start afresh; ignored once the run has a
   # checkpoint of its own.
   init_from: Optional[str] = None
-  # Word-level distillation: a teacher's checkpoint (same vocabulary), its
-  # top-k per token and the weight of that loss (`steps.DistributedSteps`).
-  distill_from: Optional[str] = None
-  distill_top_k: int = 8
-  distill_weight: float = 0.5
 
 
 class Trainer:
-  """Trains `config` on `spec`'s data, tokenized by `vocabulary`; with
-  `options.distill_from`, `teacher_config` is that teacher's config."""
+  """Trains `config` on `spec`'s data, tokenized by `vocabulary`."""
 
   def __init__(self, config, vocabulary, spec, options: TrainOptions,
-               strategy: tf.distribute.Strategy, teacher_config=None):
+               strategy: tf.distribute.Strategy):
     self.config, self.vocabulary, self.spec = config, vocabulary, spec
     self.options, self.strategy = options, strategy
     self.is_chief = strategy_lib.is_chief(strategy)
@@ -126,8 +120,7 @@ class Trainer:
           config, options.mixed_precision)
       self.optimizer.build(self.model.trainable_variables)
     self.steps = DistributedSteps(self.model, self.optimizer, strategy,
-                                  config.training.label_smoothing, options,
-                                  self._teacher(teacher_config))
+                                  config.training.label_smoothing, options)
     self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
@@ -297,22 +290,6 @@ class Trainer:
     reason = reason or "early stopping: the chief worker's dev scores"
     logging.info("%s; stopping at step %d", reason, self.step)
     return reason
-
-  def _teacher(self, teacher_config):
-    """The frozen teacher of `distill_from` (`teacher_config`, every weight
-    read from the checkpoint), built in the strategy's scope; or None."""
-    if not self.options.distill_from:
-      return None
-    with self.strategy.scope():
-      teacher = build_model(teacher_config)
-    tf.train.Checkpoint(model=teacher).read(
-        self.options.distill_from).expect_partial(
-            ).assert_existing_objects_matched()
-    teacher.trainable = False
-    logging.info("word-level distillation from %s: top %d of the teacher's "
-                 "probabilities a token, weight %g", self.options.distill_from,
-                 self.options.distill_top_k, self.options.distill_weight)
-    return teacher
 
   def _initialize_from(self, checkpoint):
     """Reads the model weights (nothing else) of another run's checkpoint;
