@@ -83,7 +83,7 @@ def run_script(name, *args, timeout=600, input_text=None, env=None,
                                                                   name))
   if not (fresh or env):
     return _ZYGOTE.run([path, *args], REPO, input_text, timeout)
-  environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+  environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
   return subprocess.run(
       [sys.executable, path, *args], capture_output=True, text=True,
       timeout=timeout, input=input_text, env=environment, cwd=REPO)

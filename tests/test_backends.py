@@ -472,12 +472,33 @@ def test_the_closed_form_loss_gradient_equals_autograd_under_torch(checks):
   assert gap < 1e-6, gap
 
 
+_ATTENTION_CORE = """
+import sys
+sys.path.insert(0, "tests")
+from attention_core import gaps
+result = gaps()
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_fused_attention_core_equals_the_one_with_weights(backend,
+                                                              checks):
+  """Under JAX and PyTorch `keras.ops.dot_product_attention` (the backends'
+  own kernels) computes what eq. 1 with returned weights does, within
+  float32 rounding (tests/test_attention_core.py's bound)."""
+  found = _result(checks, backend, "attention_core")
+  assert set(found) == {"padding", "causal", "cross", "encoder", "logits"}
+  for case, (gap, magnitude) in found.items():
+    assert gap <= RELATIVE * max(magnitude, 1.0), (case, gap, magnitude)
+
+
 # The checks run by the `checks` fixture, and the backends each runs under
 # where not all of BACKENDS.
 _CHECKS = {"training": _TRAINING, "teacher_forcing": _TEACHER_FORCING,
            "embedding_gradient": _REPEATED_TOKEN_GRADIENT,
            "loss_gradient_jax": _LOSS_GRADIENT_JAX,
            "loss_gradient_torch": _LOSS_GRADIENT_TORCH,
+           "attention_core": _ATTENTION_CORE,
            "layer_conventions": _LAYER_CONVENTIONS}  # last: see its code
 _BACKENDS_OF = {"loss_gradient_jax": ["jax"],
                 "loss_gradient_torch": ["torch"]}

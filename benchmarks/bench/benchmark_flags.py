@@ -52,7 +52,8 @@ def define_flags():
                     "of the scaling section.")
   flags.DEFINE_list("train_variants", ["default", "no_xla_loss",
                                        "bfloat16", "mirrored"],
-                    "Training variants to run.")
+                    "Training variants to run: default, no_xla_loss, "
+                    "xla_attention, bfloat16, mirrored.")
   flags.DEFINE_integer("cpu_devices", 2, "Logical CPU devices for the "
                        "MirroredStrategy variant.")
   flags.DEFINE_integer("runs", 3, "Timed runs per figure (median reported).")

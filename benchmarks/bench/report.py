@@ -13,6 +13,7 @@ def _variants(o):
   from bench.training_speed import Variant  # pylint: disable=g-import-not-at-top
   known = {"default": Variant("default"),
            "no_xla_loss": Variant("no_xla_loss", xla_loss=False),
+           "xla_attention": Variant("xla_attention", xla_attention=True),
            "bfloat16": Variant("bfloat16", mixed_precision="bfloat16"),
            "mirrored": Variant(f"mirrored_{o.cpu_devices}cpu",
                                devices=o.cpu_devices)}

@@ -17,6 +17,7 @@ class Variant:
   """One way to run the step."""
   name: str
   xla_loss: bool = True
+  xla_attention: bool = False
   mixed_precision: str = None
   devices: int = 1  # > 1: MirroredStrategy over that many CPU devices
 
@@ -36,7 +37,7 @@ def measure(config, variant: Variant, batch_tokens, length, runs=3, warmup=2,
     seconds, rows = step_timing.seconds_per_step(
         config, batch_tokens, length, runs, warmup,
         _strategy(variant.devices),
-        xla_loss=variant.xla_loss,
+        xla_loss=variant.xla_loss, xla_attention=variant.xla_attention,
         mixed_precision=variant.mixed_precision)
   except RuntimeError as error:  # which of the variants
     raise RuntimeError(f"{variant.name}: {error}") from error

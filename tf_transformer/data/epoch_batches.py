@@ -7,7 +7,9 @@ every pair of the corpus, seeded by (seed, epoch); groups the permuted pairs
 by padded length (`batching.bucket_lengths`, multiples of 8, so XLA compiles
 one program per length); cuts each group into batches of at most
 `batch_tokens` tokens a side, padding included; and permutes the batches.
-Pairs longer than `max_length` are left out, never cut.
+Pairs longer than `max_length` are left out, never cut. With `full_rows`
+(the trainer's `--xla_attention`), a group's last batch is filled up with
+empty rows, so that every batch of a length has one shape.
 
 An epoch's plan is a function of (seed, epoch) alone, so the stream can
 start at any (epoch, batch): a resumed run trains on exactly the batches
@@ -40,9 +42,10 @@ class EpochBatches:
   """The batches of each epoch of `store` for one input pipeline."""
 
   def __init__(self, store, batch_tokens, max_length, seed=0,
-               num_pipelines=1, pipeline=0, source_eos=True):
+               num_pipelines=1, pipeline=0, source_eos=True, full_rows=False):
     batching.check_budget(batch_tokens, max_length)
     self.store, self.seed, self.source_eos = store, seed, source_eos
+    self.full_rows = full_rows
     self.num_pipelines, self.pipeline = num_pipelines, pipeline
     self.lengths = np.array(batching.bucket_lengths(max_length))
     self.rows = np.maximum(batch_tokens // self.lengths, 1)
@@ -87,20 +90,32 @@ class EpochBatches:
     batches = rng.permutation(len(starts))
     return order, starts[batches], ends[batches], groups[batches]
 
+  def batch_shapes(self):
+    """The (rows, length) shapes this corpus' batches take."""
+    shapes = set()
+    for rows, length, count in zip(self.rows, self.lengths, self.counts):
+      if count:
+        shapes.add((int(rows) if count >= rows or self.full_rows
+                    else int(count), int(length)))
+        if count % rows and not self.full_rows and count > rows:
+          shapes.add((int(count % rows), int(length)))
+    return shapes
+
   def batch(self, epoch, index):
     """This pipeline's batch `index` of `epoch`: (source + EOS (no EOS
     unless `source_eos`), BOS + target, target + EOS), int32 [rows,
-    length], padded with PAD (0)."""
+    length], padded with PAD (0); with `full_rows`, the group's rows."""
     order, starts, ends, groups = self.plan(int(epoch))
     b = int(index) * self.num_pipelines + self.pipeline
     pairs = np.sort(order[starts[b]:ends[b]])  # reads in file order
     width = int(self.lengths[groups[b]])
+    rows = int(self.rows[groups[b]]) if self.full_rows else len(pairs)
     store = self.store
-    return (_padded(store.source, store.offsets[:, 0], pairs, width,
+    return (_padded(store.source, store.offsets[:, 0], pairs, width, rows,
                     last=EOS_ID if self.source_eos else None),
-            _padded(store.target, store.offsets[:, 1], pairs, width,
+            _padded(store.target, store.offsets[:, 1], pairs, width, rows,
                     first=BOS_ID),
-            _padded(store.target, store.offsets[:, 1], pairs, width,
+            _padded(store.target, store.offsets[:, 1], pairs, width, rows,
                     last=EOS_ID))
 
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
@@ -147,6 +162,10 @@ class WeightedBatches:
     part = self.parts[k]
     return part.batch(j // part.per_pipeline, j % part.per_pipeline)
 
+  def batch_shapes(self):
+    """The (rows, length) shapes the corpora's batches take."""
+    return set().union(*(part.batch_shapes() for part in self.parts))
+
   def dataset(self, start_epoch=0, start_batch=0) -> tf.data.Dataset:
     return _stream(self, start_epoch, start_batch)
 
@@ -188,33 +207,35 @@ def _stream(batches, start_epoch, start_batch) -> tf.data.Dataset:
           deterministic=True).prefetch(tf.data.AUTOTUNE))
 
 
-def _padded(flat, offsets, pairs, width, first=None, last=None):
+def _padded(flat, offsets, pairs, width, rows, first=None, last=None):
   """Rows of `flat[offsets[p]:offsets[p + 1]]` for each pair p, after an
   optional `first` id and before an optional `last` one, padded with 0 to
-  `width` (in one vectorized gather)."""
+  `width`, then with rows of 0 to `rows` (in one vectorized gather)."""
   begin = np.asarray(offsets[pairs])
   lengths = np.asarray(offsets[pairs + 1]) - begin
   shift = 0 if first is None else 1
-  out = np.zeros([len(pairs), width], np.int32)
+  out = np.zeros([rows, width], np.int32)
   row_starts = np.cumsum(lengths) - lengths
   within = np.arange(int(lengths.sum())) - np.repeat(row_starts, lengths)
   rows = np.repeat(np.arange(len(pairs)), lengths)
   out[rows, within + shift] = flat[np.repeat(begin, lengths) + within]
   if first is not None:
-    out[:, 0] = first
+    out[:len(pairs), 0] = first
   if last is not None:
     out[np.arange(len(pairs)), lengths + shift] = last
   return out
 
 
 def training_batches(stores, batch_tokens, max_length, seed=0,
-                     num_pipelines=1, pipeline=0, source_eos=True):
+                     num_pipelines=1, pipeline=0, source_eos=True,
+                     full_rows=False):
   """The batches of `stores` ([(TokenStore, weight)], `token_store.
   open_training`): `EpochBatches` for one corpus, `WeightedBatches` for
-  several; sources end with EOS where `source_eos`."""
+  several; sources end with EOS where `source_eos`; `full_rows` as
+  `EpochBatches`'."""
   parts = [EpochBatches(store, batch_tokens, max_length,
                         seed if len(stores) == 1 else (seed, k),
-                        num_pipelines, pipeline, source_eos)
+                        num_pipelines, pipeline, source_eos, full_rows)
            for k, (store, _) in enumerate(stores)]
   if len(parts) == 1:
     return parts[0]
@@ -222,17 +243,27 @@ def training_batches(stores, batch_tokens, max_length, seed=0,
 
 
 def training_stream_fn(stores, batch_tokens, max_length, seed=0,
-                       start_epoch=0, start_batch=0, source_eos=True):
+                       start_epoch=0, start_batch=0, source_eos=True,
+                       full_rows=False):
   """For `strategy.distribute_datasets_from_function`: each input pipeline
   takes its share of every epoch's batches, of `batch_tokens /
   num_replicas` tokens a side, so a global step sees about `batch_tokens`
   tokens a side; the stream starts at (`start_epoch`, `start_batch`);
-  sources end with EOS where `source_eos` (`ModelConfig.source_eos`)."""
+  sources end with EOS where `source_eos` (`ModelConfig.source_eos`); with
+  `full_rows`, one shape a length (`EpochBatches`), logged."""
   def dataset_fn(input_context: tf.distribute.InputContext):
     batches = training_batches(
         stores, batch_tokens // input_context.num_replicas_in_sync,
         max_length, seed, input_context.num_input_pipelines,
-        input_context.input_pipeline_id, source_eos)
+        input_context.input_pipeline_id, source_eos, full_rows)
+    if full_rows:
+      shapes = sorted(batches.batch_shapes(), key=lambda s: s[1])
+      logging.info(
+          "XLA compiles the attention of the training step (--xla_attention):"
+          " one program for each of the %d batch shapes of input pipeline %d "
+          "(rows x length: %s), and one for its gradient", len(shapes),
+          input_context.input_pipeline_id,
+          ", ".join(f"{r}x{n}" for r, n in shapes))
     pairs = sum(store.num_pairs for store, _ in stores)
     kept = sum(len(p.kept) for p in getattr(batches, "parts", [batches]))
     logging.info("input pipeline %d of %d: %d of each epoch's %d batches "

@@ -1,12 +1,26 @@
 """Scaled dot-product attention (eq. 1) and multi-head attention (section 3.2.2).
 
-Written with `keras.ops`, so the layers run on every Keras backend.
+Written with `keras.ops`, so the layers run on every Keras backend. Where
+no one asks for the attention weights and none are dropped out (the
+paper's attention_dropout_rate 0.0), `MultiHeadAttention` computes eq. 1
+with `keras.ops.dot_product_attention`: under JAX and PyTorch that reaches
+the backends' own kernels (cuDNN or flash attention on GPUs, where the
+mask's form allows), under TensorFlow the same einsums and float32
+softmax as ours, which XLA
+compiles into one fused program within `xla_compiled()` (the trainer's
+`--xla_attention`, docs/model.md).
+Returned weights (the attention images, `Transformer.attention_weights`)
+and dropout on them need the weights as a tensor: there
+`ScaledDotProductAttention` computes them.
 """
 
+import contextlib
+import contextvars
 import math
 
 import keras
 
+from tf_transformer.layers import compiled
 from tf_transformer.layers import masks
 from tf_transformer.layers import named_weights
 from tf_transformer.layers.policy import PolicyLayer
@@ -41,6 +55,54 @@ def attention_weights(query, key, mask=None):
   scale = keras.ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
   scores = keras.ops.matmul(query * scale, keras.ops.swapaxes(key, -1, -2))
   return masks.masked_softmax(scores, mask)
+
+
+def fused_attention(query, key, value, mask=None):
+  """Eq. 1 by `keras.ops.dot_product_attention`, heads on axis 2.
+
+  Args:
+    query: [batch, query_length, heads, d_k].
+    key: [batch, key_length, heads, d_k].
+    value: [batch, key_length, heads, d_v].
+    mask: as `scaled_dot_product_attention`'s (True = may attend).
+  Returns:
+    [batch, query_length, heads, d_v]: `scaled_dot_product_attention`'s
+    output within float32 rounding (tests/test_attention_core.py).
+  """
+  return keras.ops.dot_product_attention(query, key, value, mask=mask)
+
+
+_XLA_COMPILED = contextvars.ContextVar("xla_compiled", default=False)
+
+
+@contextlib.contextmanager
+def xla_compiled(enabled=True):
+  """Within it, under TensorFlow, `MultiHeadAttention`'s fused core traced
+  there runs as an XLA program of its own (`compiled.xla`), its mask
+  broadcast to [batch, 1, query_length, key_length] so that encoder,
+  decoder and cross-attention of one batch shape share one program (and
+  one for its gradient). The training step traces its forward pass within
+  it (`--xla_attention`); nothing is saved with the layers.
+
+  Args:
+    enabled: whether to compile; False leaves the core as it is.
+  """
+  token = _XLA_COMPILED.set(enabled)
+  try:
+    yield
+  finally:
+    _XLA_COMPILED.reset(token)
+
+
+def _compiled_core(query, key, value, mask):
+  """`fused_attention` with the mask broadcast to the scores' shape, run by
+  XLA under TensorFlow (`xla_compiled`)."""
+  if mask is None:
+    return compiled.xla(fused_attention)(query, key, value)
+  batch, query_length = keras.ops.shape(query)[:2]
+  shape = (batch, 1, query_length, keras.ops.shape(key)[1])
+  return compiled.xla(fused_attention)(query, key, value,
+                                       keras.ops.broadcast_to(mask, shape))
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -130,17 +192,19 @@ class MultiHeadAttention(PolicyLayer):
                                            dtype=self.dtype_policy)
     self.output_dense.build((None, None, self.num_heads * self.d_v))
 
+  def _heads(self, x, depth):
+    """[batch, length, heads * depth] -> [batch, length, heads, depth]."""
+    batch, length, _ = keras.ops.shape(x)
+    return keras.ops.reshape(x, (batch, length, self.num_heads, depth))
+
   def _split_heads(self, x, depth):
     """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
-    batch, length, _ = keras.ops.shape(x)
-    x = keras.ops.reshape(x, (batch, length, self.num_heads, depth))
-    return keras.ops.transpose(x, (0, 2, 1, 3))
+    return keras.ops.transpose(self._heads(x, depth), (0, 2, 1, 3))
 
   def _merge_heads(self, heads):
-    """[batch, heads, length, d_v] -> [batch, length, heads * d_v]."""
-    x = keras.ops.transpose(heads, (0, 2, 1, 3))
-    batch, length, _, _ = keras.ops.shape(x)
-    return keras.ops.reshape(x, (batch, length, self.num_heads * self.d_v))
+    """[batch, length, heads, d_v] -> [batch, length, heads * d_v]."""
+    batch, length, _, _ = keras.ops.shape(heads)
+    return keras.ops.reshape(heads, (batch, length, self.num_heads * self.d_v))
 
   def project_key_value(self, value):
     """(K W^K, V W^V) split into heads.
@@ -171,12 +235,22 @@ class MultiHeadAttention(PolicyLayer):
       [batch, query_length, d_model]; with `return_attention_scores`, (that,
       weights [batch, heads, query_length, key_length]).
     """
-    query_heads = self._split_heads(self.query_dense(query), self.d_k)
+    swap = lambda x: keras.ops.transpose(x, (0, 2, 1, 3))  # heads <-> length
+    query_heads = self._heads(self.query_dense(query), self.d_k)
     if key_value is None:
-      key_value = self.project_key_value(query if value is None else value)
-    heads, weights = self.attention(query_heads, *key_value, attention_mask,
-                                    training=training)
-    output = self.output_dense(self._merge_heads(heads))
+      source = query if value is None else value
+      key_value = (self._heads(self.key_dense(source), self.d_k),
+                   self._heads(self.value_dense(source), self.d_v))
+    else:
+      key_value = tuple(map(swap, key_value))
+    if not (return_attention_scores or
+            (training and self.attention_dropout_rate > 0.0)):
+      core = _compiled_core if _XLA_COMPILED.get() else fused_attention
+      heads = core(query_heads, *key_value, attention_mask)
+      return self.output_dense(self._merge_heads(heads))
+    heads, weights = self.attention(swap(query_heads), *map(swap, key_value),
+                                    attention_mask, training=training)
+    output = self.output_dense(self._merge_heads(swap(heads)))
     return (output, weights) if return_attention_scores else output
 
   def named_weights(self) -> named_weights.Attention:

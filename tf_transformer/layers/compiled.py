@@ -1,9 +1,10 @@
 """XLA for one function under the TensorFlow backend (Keras 3 multi-backend).
 
-The label-smoothed loss (section 5.4) takes only tensors, so under
-TensorFlow it runs as its own `tf.function(jit_compile=True)`: XLA fuses it
-on any device and inside every replica of a distribution strategy, while
-the rest of the step runs uncompiled. JAX and PyTorch compile whole
+The label-smoothed loss (section 5.4) and, with `--xla_attention`, the
+attention core (eq. 1) take only tensors, so under TensorFlow each runs as
+its own `tf.function(jit_compile=True)`: XLA fuses it on any device and
+inside every replica of a distribution strategy, while the rest of the step
+runs uncompiled. JAX and PyTorch compile whole
 training steps (`jax.jit`, Keras' `jit_compile`), so there the function runs
 as written. TensorFlow is imported only under its own backend.
 """

@@ -68,10 +68,11 @@ class DecoderLayer(_TransformerBlock):
     """
     x, self_weights = self._attention_block(
         self.self_attention_residual, self.self_attention, x, training,
-        attention_mask=self_attention_mask)
+        return_attention_scores, attention_mask=self_attention_mask)
     x, cross_weights = self._attention_block(
         self.cross_attention_residual, self.cross_attention, x, training,
-        value=memory, attention_mask=cross_attention_mask)
+        return_attention_scores, value=memory,
+        attention_mask=cross_attention_mask)
     x = self._feed_forward_block(x, training)
     weights = {"self": self_weights, "cross": cross_weights}
     return (x, weights) if return_attention_scores else x
@@ -133,9 +134,12 @@ class Decoder(_TransformerStack):
                             else masks.key_padding_mask(memory_padding_mask))
     all_weights = []
     for layer in self.decoder_layers:
-      x, weights = layer(x, memory, self_mask, cross_attention_mask,
-                         training=training, return_attention_scores=True)
-      all_weights.append(weights)
+      x = layer(x, memory, self_mask, cross_attention_mask,
+                training=training,
+                return_attention_scores=return_attention_scores)
+      if return_attention_scores:
+        x, weights = x
+        all_weights.append(weights)
     if self.final_norm is not None:
       x = self.final_norm(x)
     return (x, all_weights) if return_attention_scores else x

@@ -55,11 +55,14 @@ class _TransformerBlock(PolicyLayer):
                         dtype=self.dtype_policy)
 
   @staticmethod
-  def _attention_block(residual, attention, x, training, **arguments):
+  def _attention_block(residual, attention, x, training, weights_asked,
+                       **arguments):
     """(the residual block of section 3.1 around `attention` called on x
-    with `arguments`, the attention weights)."""
-    y, weights = attention(residual.normalize_input(x), training=training,
-                           return_attention_scores=True, **arguments)
+    with `arguments`, the attention weights if `weights_asked` else None:
+    without them the attention runs fused, `attention.fused_attention`)."""
+    y = attention(residual.normalize_input(x), training=training,
+                  return_attention_scores=weights_asked, **arguments)
+    y, weights = y if weights_asked else (y, None)
     return residual(x, y, training=training), weights
 
   def _feed_forward_block(self, x, training):
@@ -115,7 +118,7 @@ class EncoderLayer(_TransformerBlock):
     mask = None if padding_mask is None else masks.key_padding_mask(padding_mask)
     x, weights = self._attention_block(
         self.attention_residual, self.self_attention, x, training,
-        attention_mask=mask)
+        return_attention_scores, attention_mask=mask)
     x = self._feed_forward_block(x, training)
     return (x, weights) if return_attention_scores else x
 
@@ -204,9 +207,11 @@ class Encoder(_TransformerStack):
     """
     all_weights = []
     for layer in self.encoder_layers:
-      x, weights = layer(x, padding_mask, training=training,
-                         return_attention_scores=True)
-      all_weights.append(weights)
+      x = layer(x, padding_mask, training=training,
+                return_attention_scores=return_attention_scores)
+      if return_attention_scores:
+        x, weights = x
+        all_weights.append(weights)
     if self.final_norm is not None:
       x = self.final_norm(x)
     return (x, all_weights) if return_attention_scores else x

@@ -17,6 +17,10 @@ TRAIN_OPTIONS = ("max_length", "gradient_accumulation_steps",
                  "early_stopping", "early_stopping_min_delta")
 
 
+# --xla_attention: TrainOptions.xla_attention.
+XLA_ATTENTION = {"auto": None, "on": True, "off": False}
+
+
 def define_flags():
   """The data flags and the training flags."""
   data_flags.define_flags()
@@ -51,6 +55,11 @@ def define_flags():
                        "(MirroredStrategy without GPUs).")
   flags.DEFINE_bool("xla_loss", True, "Run the label-smoothed loss and its "
                     "gradient under XLA (a few fused passes over the logits).")
+  flags.DEFINE_enum("xla_attention", "auto", ["auto", "on", "off"],
+                    "Run the attention core (eq. 1) of the training step "
+                    "and its gradient under XLA, one program per batch "
+                    "shape (each length's batches filled to one shape); "
+                    "auto: on where TensorFlow sees a GPU, off on CPUs.")
   flags.DEFINE_enum("mixed_precision", "",
                     ["", "auto", "float32", "bfloat16", "float16"],
                     "Mixed precision; float16 uses dynamic loss scaling; "
@@ -160,6 +169,7 @@ def train_arguments(values=None) -> dict:
       vocab_size=values.vocab_size, vocab_model_type=values.vocab_model_type,
       allow_recipe_change=values.allow_recipe_change,
       init_from=values.init_from,
+      xla_attention=XLA_ATTENTION[values.xla_attention],
       allow_data_change=values.allow_data_change,
       ignore_run_lock=values.ignore_run_lock,
       flags_text=values.flags_into_string(),

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.data import pipeline_options
+from tf_transformer.layers import attention
 from tf_transformer.special_ids import PAD_ID
 from tf_transformer.training.loss import token_losses
 
@@ -34,7 +35,7 @@ class DistributedSteps:
     strategy: the tf.distribute strategy.
     label_smoothing: epsilon_ls (section 5.4).
     options: the run's `TrainOptions` (gradient_accumulation_steps,
-      xla_loss, log_gradient_norm).
+      xla_loss, xla_attention, log_gradient_norm).
   """
 
   def __init__(self, model, optimizer, strategy, label_smoothing, options):
@@ -58,7 +59,8 @@ class DistributedSteps:
 
   def _forward(self, batch, training):
     (source, target_in), target_out = batch
-    logits = self.model((source, target_in), training=training)
+    with attention.xla_compiled(training and self.options.xla_attention):
+      logits = self.model((source, target_in), training=training)
     losses, nll, weights = token_losses(target_out, logits,
                                         self.label_smoothing,
                                         jit_compile=self.options.xla_loss)

@@ -89,6 +89,9 @@ class TrainOptions:
   log_every_steps: int = 100
   seed: int = 0
   xla_loss: bool = True  # the loss and its gradient under XLA (training.loss)
+  # The attention core and its gradient under XLA in the training step
+  # (`layers.attention.xla_compiled`); None: `xla_attention_default()`.
+  xla_attention: Optional[bool] = None
   mixed_precision: Optional[str] = None
   log_gradient_norm: bool = True
   # A time budget: stop (with a checkpoint) once the run has trained this
@@ -104,12 +107,23 @@ class TrainOptions:
   init_from: Optional[str] = None
 
 
+def xla_attention_default():
+  """--xla_attention's default: on where TensorFlow sees a GPU, where XLA
+  fuses the scores, mask, softmax and weighted sum into one kernel; off on
+  CPUs, where the compiled core measured no faster (docs/performance.md's
+  ideas table)."""
+  return bool(tf.config.list_physical_devices("GPU"))
+
+
 class Trainer:
   """Trains `config` on `spec`'s data, tokenized by `vocabulary`."""
 
   def __init__(self, config, vocabulary, spec, options: TrainOptions,
                strategy: tf.distribute.Strategy):
     self.config, self.vocabulary, self.spec = config, vocabulary, spec
+    if options.xla_attention is None:
+      options = dataclasses.replace(options,
+                                    xla_attention=xla_attention_default())
     self.options, self.strategy = options, strategy
     self.is_chief = strategy_lib.is_chief(strategy)
     optimizer_lib.set_mixed_precision(options.mixed_precision)
@@ -176,7 +190,7 @@ class Trainer:
         stores, self.config.training.batch_tokens, o.max_length,
         seed=o.seed, start_epoch=int(self.epoch.numpy()),
         start_batch=int(self.batch_in_epoch.numpy()),
-        source_eos=self.config.model.source_eos)
+        source_eos=self.config.model.source_eos, full_rows=o.xla_attention)
     return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
   def _next_batch(self):
