@@ -61,6 +61,27 @@ def test_bfloat16_only_where_the_probe_finds_it_faster(tmp_path, ratio,
   assert ("below the" in choice.reason) == (expected is None)
 
 
+@pytest.mark.parametrize("gpus, expected, says", [
+    ([("NVIDIA H100 80GB HBM3", (9, 0))], "bfloat16", "compute capability 9.0"),
+    ([("NVIDIA A100-SXM4-40GB", (8, 0))] * 8, "bfloat16", "8 GPU(s)"),
+    ([("Tesla V100-SXM2-16GB", (7, 0))], "float16", "dynamic loss scaling"),
+    ([("NVIDIA A100", (8, 0)), ("Tesla T4", (7, 5))], "float16",
+     "compute capability 7.5")])
+def test_with_gpus_auto_decides_by_their_compute_capability(
+    tmp_path, gpus, expected, says):
+  """The device query faked: bfloat16 from compute capability 8.0 on (the
+  oldest GPU decides), float16 before; the CPU is neither read nor
+  probed (a CPU without AVX512_BF16 here)."""
+  choice = precision.choose(get_config("tiny", SMALL),
+                            _cpuinfo(tmp_path, "avx512f"), _never,
+                            gpus=lambda: gpus)
+  assert choice.mixed_precision == expected
+  assert says in choice.reason and gpus[-1][0] in choice.reason
+  assert precision.choose(get_config("tiny", SMALL),
+                          _cpuinfo(tmp_path, "avx512f"), _never,
+                          gpus=list).mixed_precision is None
+
+
 def test_the_choice_is_saved_kept_and_overridden(tmp_path):
   config = get_config("tiny", SMALL)
   with_bf16 = _cpuinfo(tmp_path, "amx_bf16 amx_tile")

@@ -63,9 +63,11 @@ def define_flags():
   flags.DEFINE_enum("mixed_precision", "",
                     ["", "auto", "float32", "bfloat16", "float16"],
                     "Mixed precision; float16 uses dynamic loss scaling; "
-                    "auto: bfloat16 where the CPU has AVX512_BF16 or AMX and "
-                    "a probe of the step finds it faster, else float32, "
-                    "chosen once and kept on resume (docs/training.md). "
+                    "auto: with GPUs, bfloat16 on compute capability 8.0 "
+                    "and later, float16 before; on CPUs, bfloat16 where the "
+                    "CPU has AVX512_BF16 or AMX and a probe of the step "
+                    "finds it faster, else float32; chosen once and kept on "
+                    "resume (docs/training.md). "
                     "Default: auto with --config=auto, else float32.")
   flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per "
                        "update, to reach the paper's batch on less hardware.")

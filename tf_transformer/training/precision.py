@@ -1,7 +1,9 @@
-"""Mixed precision chosen for the host a run trains on: bfloat16 only where
-the CPU multiplies it natively (AVX512_BF16 or AMX) and a short probe of
-the run's own training step finds it faster than float32; otherwise
-float32. The choice is saved in the run directory, so a resumed run keeps
+"""Mixed precision chosen for the host a run trains on. Where TensorFlow
+sees GPUs: bfloat16 on compute capability 8.0 and later (Ampere on, whose
+tensor cores take it), float16 with dynamic loss scaling before (Volta,
+Turing). On CPUs: bfloat16 only where the CPU multiplies it natively
+(AVX512_BF16 or AMX) and a short probe of the run's own training step finds
+it faster than float32; otherwise float32. The choice is saved in the run directory, so a resumed run keeps
 it (docs/training.md, "Mixed precision for the host")."""
 
 import dataclasses
@@ -52,20 +54,47 @@ def probe_tokens_per_sec(config, mixed_precision, length=PROBE_LENGTH,
   return 2 * rows * length / seconds
 
 
+def gpu_capabilities():
+  """[(name, (major, minor))]: each GPU TensorFlow sees, with its CUDA
+  compute capability."""
+  found = []
+  for gpu in tf.config.list_physical_devices("GPU"):
+    details = tf.config.experimental.get_device_details(gpu)
+    found.append((details.get("device_name", gpu.name),
+                  tuple(details.get("compute_capability", (0, 0)))))
+  return found
+
+
 def choose(config, cpuinfo=cpu.CPUINFO,
-           probe: Callable[..., float] = probe_tokens_per_sec) -> Choice:
-  """float32 or bfloat16 for training `config` on this host.
+           probe: Callable[..., float] = probe_tokens_per_sec,
+           gpus: Callable[[], list] = gpu_capabilities) -> Choice:
+  """float32, bfloat16 or float16 for training `config` on this host.
 
   Args:
     config: the run's TransformerConfig.
     cpuinfo: where the CPU's flags are read.
     probe: tokens a second of `config` under a mixed precision (None:
       float32), `probe_tokens_per_sec` unless a test forces a result.
+    gpus: the GPUs and their compute capabilities, `gpu_capabilities`
+      unless a test fakes the device query.
   Returns:
-    A Choice: bfloat16 where the CPU has AVX512_BF16 or AMX and the probe
-    finds it at least MARGIN times faster, else float32; its reason names
-    the CPU's instructions and the probe's figures.
+    A Choice: with GPUs, bfloat16 where the oldest has compute capability
+    8.0 or later, else float16 (dynamic loss scaling); without, bfloat16
+    where the CPU has AVX512_BF16 or AMX and the probe finds it at least
+    MARGIN times faster, else float32. Its reason names the GPUs and their
+    capability, or the CPU's instructions and the probe's figures.
   """
+  devices = gpus()
+  if devices:
+    oldest = min(capability for _, capability in devices)
+    names = ", ".join(sorted({name for name, _ in devices}))
+    seen = (f"{len(devices)} GPU(s) ({names}), compute capability "
+            f"{oldest[0]}.{oldest[1]}")
+    if oldest >= (8, 0):
+      return Choice("bfloat16", f"bfloat16: {seen}, whose tensor cores "
+                    "multiply bfloat16 (8.0 and later)")
+    return Choice("float16", f"float16 with dynamic loss scaling: {seen}, "
+                  "before bfloat16's 8.0")
   found = cpu.bfloat16_flags(cpuinfo)
   if not found:
     return Choice(None, "float32: this CPU has neither AVX512_BF16 nor AMX "
