@@ -53,7 +53,13 @@ flags.DEFINE_list("levers", [], "Extra rows of the first preset under "
                   "(dropout_rate=0: what dropout's random bits cost), "
                   "batch_2x (twice --batch_tokens), no_ffn_padding "
                   "(the feed-forward's inner layer unpadded: its padding "
-                  "is for CPU caches).")
+                  "is for CPU caches), unfused_attention (eq. 1 as "
+                  "matmuls and a softmax, not keras.ops."
+                  "dot_product_attention).")
+flags.DEFINE_bool("fused_attention", True, "Eq. 1 by "
+                  "keras.ops.dot_product_attention (cuDNN flash attention "
+                  "where JAX finds the inputs fit); false: as matmuls and "
+                  "a softmax.")
 flags.DEFINE_bool("ffn_padding", True, "Feed-forward inner layers padded "
                   "off cache-aliasing widths (`feed_forward.inner_padding`).")
 flags.DEFINE_string("profile_dir", None, "If given, trace --profile_steps "
@@ -76,7 +82,8 @@ def _one(preset, policy):
   figures = gpu_check.measure_training(
       preset, policy, FLAGS.batch_tokens, FLAGS.sequence_length,
       FLAGS.vocab_size, FLAGS.max_steps, FLAGS.seconds, FLAGS.hparams,
-      FLAGS.profile_dir, FLAGS.profile_steps, FLAGS.ffn_padding)
+      FLAGS.profile_dir, FLAGS.profile_steps, FLAGS.ffn_padding,
+      FLAGS.fused_attention)
   print("FIGURES " + json.dumps(figures))
 
 
@@ -85,9 +92,10 @@ def _one(preset, policy):
 # lever: Keras' seed generator makes threefry keys.)
 LEVERS = {"no_dropout": ({"hparams": "dropout_rate=0.0"}, {}),
           "batch_2x": ({"batch_tokens": lambda tokens: 2 * tokens}, {}),
-          "no_ffn_padding": ({"ffn_padding": lambda _: False}, {})}
+          "no_ffn_padding": ({"ffn_padding": lambda _: False}, {}),
+          "unfused_attention": ({"fused_attention": lambda _: False}, {})}
 ROW_FLAGS = ("hparams", "vocab_size", "batch_tokens", "sequence_length",
-             "max_steps", "seconds", "ffn_padding",
+             "max_steps", "seconds", "ffn_padding", "fused_attention",
              "profile_steps")
 
 

@@ -284,9 +284,11 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   done = _under_jax(
       os.path.join(REPO, "benchmarks", "gpu_check.py"),
       # Two rows: the plain step, and one with every lever at once (each
-      # still shows in what it changes: tokens, dropout, padding, policy).
+      # still shows in what it changes: tokens, dropout, padding, policy,
+      # the attention core).
       "--rows=tiny:float32,"
-      "tiny:mixed_bfloat16:batch_2x+no_dropout+no_ffn_padding",
+      "tiny:mixed_bfloat16:batch_2x+no_dropout+no_ffn_padding"
+      "+unfused_attention",
       "--vocab_size=1000", "--batch_tokens=256", "--sequence_length=16",
       "--max_steps=3", "--seconds=1", f"--reference={reference}",
       f"--output_dir={output}", f"--profile_dir={tmp_path / 'traces'}",
@@ -296,8 +298,8 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   rows = figures["training"]
   assert [(r["policy"], r["lever"], r["hparams"]) for r in rows] == [
       ("float32", None, ""),
-      ("mixed_bfloat16", "batch_2x+no_dropout+no_ffn_padding",
-       "dropout_rate=0.0")], rows
+      ("mixed_bfloat16", "batch_2x+no_dropout+no_ffn_padding"
+       "+unfused_attention", "dropout_rate=0.0")], rows
   for row in rows:
     assert "error" not in row, row
     assert row["compilations"] == 1 and row["steps"] == 3, row
@@ -307,8 +309,10 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
   assert [r["tokens_per_step"] for r in rows] == [2 * 16 * 16,
                                                   2 * 2 * 16 * 16]
   assert [r["ffn_padding"] for r in rows] == [True, False]
-  for label in ("tiny_float32",
-                "tiny_mixed_bfloat16_batch_2x-no_dropout-no_ffn_padding"):
+  assert [r["fused_attention"] for r in rows] == [True, False]
+  assert [r["flash_attention"] for r in rows] == [False, False]  # no cuDNN
+  for label in ("tiny_float32", "tiny_mixed_bfloat16_batch_2x-no_dropout-"
+                "no_ffn_padding-unfused_attention"):
     assert device_trace.trace_file(str(tmp_path / "traces" / label))
     with gzip.open(tmp_path / "traces" / label / gpu_check.HLO_FILE,
                    "rt") as f:

@@ -29,6 +29,7 @@ from tf_transformer import config as config_lib
 from tf_transformer import cost
 from tf_transformer import model as model_lib
 from tf_transformer.data.synthetic import random_pairs
+from tf_transformer.layers import attention
 from tf_transformer.layers import feed_forward
 from tf_transformer.training import loss as loss_lib
 from tf_transformer.training import optimizer as optimizer_lib
@@ -76,7 +77,7 @@ def _train_step(model, optimizer, label_smoothing):
 def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
                      vocab_size=37000, max_steps=200, seconds=40.0,
                      hparams="", profile_dir=None, profile_steps=5,
-                     ffn_padding=True):
+                     ffn_padding=True, fused_attention=True):
   """Trains one preset under one dtype policy on synthetic batches.
 
   Args:
@@ -90,6 +91,12 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
     ffn_padding: False multiplies every feed-forward by W_1 and W_2
       unpadded (`feed_forward.inner_padding` patched to 0 in this process:
       the padding is for CPU caches).
+    fused_attention: False computes eq. 1 as matmuls and a softmax
+      (`scaled_dot_product_attention`, patched in for
+      `attention.fused_attention` in this process) instead of
+      `keras.ops.dot_product_attention`, which JAX may run as cuDNN's
+      flash attention (the figures' "flash_attention" says whether its
+      inputs qualify).
     profile_dir: if given, `profile_steps` more steps are traced there by
       `jax.profiler` after the timed ones, and summarized
       (`device_trace.summarize`, kernels named by the compiled HLO, also
@@ -104,6 +111,8 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
   keras.utils.set_random_seed(0)
   if not ffn_padding:
     feed_forward.inner_padding = lambda d_ff, dtype: 0
+  if not fused_attention:
+    attention.fused_attention = _unfused_attention
   model = model_lib.build_model(config, dtype=policy)
   optimizer = optimizer_lib.create_optimizer(config)
   optimizer.build(model.trainable_variables)
@@ -167,8 +176,36 @@ def measure_training(preset, policy, batch_tokens=25000, sequence_length=50,
                            if "bytes_limit" in memory else None),
       "final_loss": float(loss),
       "ffn_padding": ffn_padding,
+      "fused_attention": fused_attention,
+      "flash_attention": _qualifies_for_flash(config, pairs, length, policy),
       "profile": profile,
   }
+
+
+def _unfused_attention(query, key, value, mask=None):
+  """`attention.fused_attention`'s result by `scaled_dot_product_attention`
+  (heads on axis 1 there)."""
+  swap = lambda x: keras.ops.transpose(x, (0, 2, 1, 3))
+  output, _ = attention.scaled_dot_product_attention(
+      swap(query), swap(key), swap(value), mask)
+  return swap(output)
+
+
+def _qualifies_for_flash(config, pairs, length, policy):
+  """Whether Keras' JAX backend finds this model's attention inputs fit
+  for cuDNN flash attention (its `_can_use_flash_attention`), or the
+  reason it cannot tell; None off JAX."""
+  if keras.backend.backend() != "jax":
+    return None
+  try:
+    from keras.src.backend.jax import nn as jax_nn  # pylint: disable=g-import-not-at-top
+    model = config.model
+    dtype = keras.mixed_precision.Policy(policy).compute_dtype
+    d_k = model.d_k or model.d_model // model.num_heads
+    heads = keras.ops.zeros((pairs, length, model.num_heads, d_k), dtype)
+    return bool(jax_nn._can_use_flash_attention(heads, heads, heads, None))  # pylint: disable=protected-access
+  except Exception as e:  # pylint: disable=broad-except
+    return f"{type(e).__name__}: {e}"[:200]
 
 
 def _timed_steps(step, state, batch, steps):
