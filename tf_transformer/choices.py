@@ -55,3 +55,10 @@ ALIGNMENT_LAYER_WITH_SAVED_MODEL = (
     "--alignment_layer: only with --format=ctranslate2, which keeps one "
     "decoder layer's attention; a SavedModel keeps every layer's (choose one "
     "with translate.py --alignment_layer)")
+
+# The student of bin/main_job.py --student (run/student_job.py): its shape
+# over the teacher's, its encoder (run once a sentence) and one decoder
+# layer (run once an output token); and its export's shortlist, K candidates
+# a source piece and the N most frequent pieces, over bfloat16 weights.
+STUDENT_HPARAMS = "num_decoder_layers=1"
+STUDENT_SHORTLIST = (50, 300)

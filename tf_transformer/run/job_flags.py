@@ -4,6 +4,8 @@ from absl import flags
 
 from tf_transformer.run.tasks import TASKS
 from tf_transformer.choices import DTYPES
+from tf_transformer.choices import STUDENT_HPARAMS
+from tf_transformer.choices import STUDENT_SHORTLIST
 
 # Flags that are `run_job` arguments of the same name (--task is task_name).
 JOB_ARGUMENTS = ("work_dir", "export_dir", "data_dir", "config", "hparams",
@@ -49,14 +51,15 @@ def define_flags():
                     "the training sources with it, train a student with its "
                     "encoder and one decoder layer on them, from its "
                     "weights, in WORK_DIR/student, export it to "
-                    "EXPORT_DIR_student (bfloat16, shortlist 50,300) and "
-                    "time both (docs/recipes.md). --task=multi30k.")
+                    "EXPORT_DIR_student (bfloat16, shortlist "
+                    f"{','.join(map(str, STUDENT_SHORTLIST))}) and time "
+                    "both (docs/recipes.md). --task=multi30k.")
   flags.DEFINE_float("student_minutes", None, "--student: the student's "
                      "training budget (default: the task's).")
   flags.DEFINE_integer("student_steps", None, "--student: the student's "
                        "optimizer updates (default: the preset's, bounded "
                        "by --student_minutes).")
-  flags.DEFINE_string("student_hparams", "num_decoder_layers=1",
+  flags.DEFINE_string("student_hparams", STUDENT_HPARAMS,
                       "--student: the student's overrides of the teacher's "
                       "architecture and schedule; its depths at most the "
                       "teacher's, whose first layers start each stack.")

@@ -23,6 +23,8 @@ import dataclasses
 import os
 
 from tf_transformer import cost
+from tf_transformer.choices import STUDENT_HPARAMS
+from tf_transformer.choices import STUDENT_SHORTLIST
 from tf_transformer.run import distillation
 from tf_transformer.run import export_speed
 from tf_transformer.run import main_job
@@ -30,13 +32,6 @@ from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.run.tasks import TASKS
 from tf_transformer.training import budget
-
-# The student's shape, over the teacher's: its encoder (run once a
-# sentence) and one decoder layer (run once an output token).
-STUDENT_HPARAMS = "num_decoder_layers=1"
-# The student's export: bfloat16 weights and matmuls over a shortlist of
-# K candidates a source piece and the N most frequent pieces.
-STUDENT_SHORTLIST = (50, 300)
 
 
 @dataclasses.dataclass
