@@ -93,12 +93,16 @@ class EpochBatches:
   def batch_shapes(self):
     """The (rows, length) shapes this corpus' batches take."""
     shapes = set()
-    for rows, length, count in zip(self.rows, self.lengths, self.counts):
-      if count:
-        shapes.add((int(rows) if count >= rows or self.full_rows
-                    else int(count), int(length)))
-        if count % rows and not self.full_rows and count > rows:
-          shapes.add((int(count % rows), int(length)))
+    for rows, length, count in zip(self.rows.tolist(), self.lengths.tolist(),
+                                   self.counts.tolist()):
+      if not count:
+        continue
+      if self.full_rows:
+        shapes.add((rows, length))
+        continue
+      shapes.add((min(count, rows), length))  # full batches, or the one
+      if count > rows and count % rows:  # the group's last, shorter batch
+        shapes.add((count % rows, length))
     return shapes
 
   def batch(self, epoch, index):
