@@ -129,27 +129,21 @@ def made_once(tmp_path_factory, name, make):
   return copy
 
 
+# The suite's trained model, checked in (tests/data/trained_numbers/make.py
+# wrote it): every host compares the same weights.
+TRAINED_NUMBERS_RUN = os.path.join(REPO, "tests", "data", "trained_numbers",
+                                   "run")
+
+
 @pytest.fixture(scope="session")
 def trained_numbers_run(tmp_path_factory):
-  """A run directory of a tiny model trained 400 steps on the numbers task
-  (about 20 s, once per session): its searches end on EOS early and
-  unevenly, as a real model's do. Trained with XLA off: its readers test
-  what the weights do, not how they were trained, and XLA would compile
-  the loss anew for each of the run's batch shapes."""
-
-  def train(model_dir):
-    # pylint: disable=g-import-not-at-top
-    from tf_transformer.run import run_dir
-    from training_helpers import UNCOMPILED, make_trainer, vocabulary
-    keras.utils.set_random_seed(1234)
-    trainer = make_trainer(model_dir, overrides="dropout_rate=0.0",
-                           train_steps=400, batch_tokens=1024,
-                           log_every_steps=100, **UNCOMPILED)
-    trainer.train()
-    run_dir.save(str(model_dir), trainer.config)
-    vocabulary().save(str(model_dir))
-
-  return made_once(tmp_path_factory, "trained_numbers", train)
+  """A copy, this test process's own, of the checked-in run directory of a
+  tiny model trained 400 steps on the numbers task (its searches end on
+  EOS early and unevenly, as a real model's do): tests write into it (a
+  shortlist, exports)."""
+  return made_once(tmp_path_factory, "trained_numbers",
+                   lambda folder: shutil.copytree(
+                       TRAINED_NUMBERS_RUN, folder, dirs_exist_ok=True))
 
 
 # `untrained_export`'s --max_length_offset.
