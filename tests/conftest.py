@@ -55,6 +55,23 @@ def pytest_configure(config):
       "loaded in a fresh process, another Keras backend, a measuring tool "
       "or an XLA-compiled search; README.md's quick tier (-m \"not slow\") "
       "leaves these out")
+  config.addinivalue_line(
+      "markers", "numeric: compares numbers two kernels compute (two paths "
+      "through one model, a model against a reference, a bound from the "
+      "dtype's rounding); README.md's test command runs those of the quick "
+      "tier again under ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's kernels for an "
+      "AVX2-only CPU) and TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen "
+      "kernels), so that a change made on one kind of CPU meets the others' "
+      "sums before it lands (the slow ones make the same comparisons through "
+      "commands and fresh processes: left to the host's own kernels, within "
+      "CI's time)")
+  config.addinivalue_line(
+      "markers", "bfloat16: runs bfloat16 kernels. Left out of the "
+      "ONEDNN_MAX_CPU_ISA=AVX2 run: TensorFlow sends bfloat16 to oneDNN by "
+      "the CPU's own flags (AVX512_BF16, AMX), and a oneDNN capped below "
+      "them has no bfloat16 kernel (a segmentation fault); an AVX2-only CPU "
+      "runs bfloat16 on Eigen's kernels, which the TF_ENABLE_ONEDNN_OPTS=0 "
+      "run covers")
 
 
 @pytest.fixture(autouse=True)

@@ -16,11 +16,13 @@ import sys
 import numpy as np
 import pytest
 
+import attention_core
 from bench import device_trace
 from bench import gpu_check
 from conftest import made_once
-from float32_bounds import RELATIVE, log_prob_bound
+import rounding
 from tf_transformer.run import run_dir
+from test_attention_core import assert_gaps_within_rounding
 
 # Slow (README.md's quick tier leaves it out): the layers under JAX and
 # PyTorch, each in a fresh interpreter.
@@ -30,9 +32,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ["jax", "torch"]
 
 
-def _under(backend, *args, timeout=900):
+def _under(backend, *args, timeout=900, env=None):
   # benchmarks/ on the path: the measuring tools' library, `bench`.
-  env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+  env = dict(os.environ, **(env or {}), KERAS_BACKEND=backend,
+             TF_CPP_MIN_LOG_LEVEL="2",
              JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
              PYTHONPATH=os.pathsep.join(filter(None, [
                  os.path.join(REPO, "benchmarks"),
@@ -65,8 +68,21 @@ print(json.dumps(results))
 """
 
 
+_REFERENCE = {}
+
+
+def made_reference_weights():
+  """The folder of the reference weights the checks read (written once a
+  session by `_checks`)."""
+  return str(_REFERENCE["folder"])
+
+
 @pytest.fixture(scope="session", name="checks")
 def _checks(tmp_path_factory):
+  _REFERENCE["folder"] = made_once(tmp_path_factory, "reference_weights",
+                                   attention_core.write_weights)
+  reference_weights = lambda: _REFERENCE["folder"]
+
   """checks(backend)[name]: the result of check `name` (the snippets
   below), all of a backend's run in one fresh interpreter once a session
   (Keras picks its backend at import; each interpreter costs the
@@ -75,7 +91,8 @@ def _checks(tmp_path_factory):
     def run(folder):
       done = _under(backend, "-c", _RUN_CHECKS, json.dumps(
           {name: code for name, code in _CHECKS.items()
-           if backend in _BACKENDS_OF.get(name, BACKENDS)}))
+           if backend in _BACKENDS_OF.get(name, BACKENDS)}),
+                    env={"REFERENCE_WEIGHTS": str(reference_weights())})
       assert done.returncode == 0, done.stderr[-3000:]
       (folder / "checks.json").write_text(
           done.stdout.strip().splitlines()[-1])
@@ -156,13 +173,14 @@ def test_the_layers_model_config_and_loss_import_no_tensorflow(backend,
 
 _TEACHER_FORCING = """
 import json, os, sys, tempfile
+sys.path.insert(0, "tests")
 import keras
 import numpy as np
-from tf_transformer import config as config_lib, model as model_lib
-keras.utils.set_random_seed(0)
-model = model_lib.build_model(config_lib.get_config("tiny"))
-source = np.array([[5, 6, 7, 2], [8, 9, 2, 0]], np.int32)
-target = np.array([[1, 5, 6], [1, 7, 0]], np.int32)
+import attention_core
+# The tiny model of the reference weights (tests/attention_core.py): the
+# parent computes the bounds from the same weights.
+_, model = attention_core.layers_of(os.environ["REFERENCE_WEIGHTS"])
+source, target = attention_core.SOURCE, attention_core.TARGET
 numpy = keras.ops.convert_to_numpy
 logits = numpy(model((source, target)))
 memory, source_mask = model.encode(source)
@@ -177,8 +195,9 @@ with tempfile.TemporaryDirectory() as folder:
   loaded = keras.models.load_model(path, safe_mode=True)
 result = {
     "dtype": str(logits.dtype), "shape": list(logits.shape),
-    "encode_decode": float(np.abs(two_steps - logits).max()),
+    "logits": logits.tolist(), "two_steps": two_steps.tolist(),
     "row_sums": float(max(np.abs(r.sum(-1) - 1).max() for r in rows)),
+    "keys": max(r.shape[-1] for r in rows),
     "on_padding": float(cross[1, :, :, 3].max()),
     "above_diagonal": float(np.triu(decoder_self, 1).max()),
     "layers": {k: len(v) for k, v in weights.items()},
@@ -192,11 +211,28 @@ def test_the_models_teacher_forcing_path_and_saving(backend, checks):
   """`Transformer.encode` then `decode` give `call`'s float32 logits;
   `attention_weights` are distributions (rows sum to 1) with no weight on
   source padding, and causal in the decoder; a `.keras` file saved and
-  loaded under the backend gives the same logits."""
+  loaded under the backend gives the same logits (the same operations on
+  the same weights: the same numbers)."""
   check = _result(checks, backend, "teacher_forcing")
   assert check["dtype"] == "float32" and check["shape"] == [2, 3, 1000]
-  assert check["encode_decode"] <= 1e-6, check
-  assert check["row_sums"] <= 1e-5, check
+  # call, and encode then decode: two computations, each within its float32
+  # bound (rounding.py; the same weights under TensorFlow) at the real
+  # target positions.
+  _, model = attention_core.layers_of(made_reference_weights())
+  sources = rounding.unpadded(attention_core.SOURCE)
+  cells = [(row, t) for row, target in enumerate(attention_core.TARGET)
+           for t in range(len(target)) if t == 0 or target[t]]
+  _, bound = rounding.vocabulary_logit_bounds(
+      model, [sources[row] for row, _ in cells],
+      [list(attention_core.TARGET[row, 1:t + 1]) for row, t in cells])
+  logits, two_steps = (np.asarray(check[key]) for key in ("logits",
+                                                          "two_steps"))
+  rounding.assert_within(np.stack([two_steps[r, t] for r, t in cells]),
+                         np.stack([logits[r, t] for r, t in cells]),
+                         2 * bound)
+  # Each row a float32 softmax's quotients (L keys): within 2 L + 2
+  # roundings of 1 (the sum of the exponentials, the quotients, their sum).
+  assert check["row_sums"] <= (2 * check["keys"] + 2) * rounding.U32, check
   assert check["on_padding"] == 0.0 and check["above_diagonal"] == 0.0, check
   assert check["layers"] == {"encoder_self": 2, "decoder_self": 2,
                              "encoder_decoder": 2}, check
@@ -208,7 +244,7 @@ def test_weights_trained_on_tensorflow_give_the_same_logits(
   """A .weights.h5 saved from a TensorFlow-trained model loads into a
   JAX-backend and a PyTorch-backend model and gives the same logits within
   float32 rounding (all on this CPU: only the order of float32 sums
-  differs; float32_bounds, relative to the logits' magnitude)."""
+  differs; each within its float32 bound, tests/rounding.py)."""
   model, _ = run_dir.load_trained_model(str(trained_numbers_run))
   logits = gpu_check.write_reference(str(tmp_path), model)
   assert np.abs(logits).max() > 5.0  # a trained model, not near-zero logits
@@ -219,7 +255,22 @@ def test_weights_trained_on_tensorflow_give_the_same_logits(
     assert done.returncode == 0, done.stderr[-3000:]
     check = json.loads(done.stdout.strip().splitlines()[-1])
     assert check["device"] == "cpu", (backend, check)
-    assert check["max_abs_diff"] <= log_prob_bound(logits), (backend, check)
+    assert check["max_abs_diff"] <= _reference_bound(tmp_path, model), (
+        backend, check)
+
+
+def _reference_bound(directory, model):
+  """The largest bound (rounding.py) on two float32 computations of the
+  logits of `gpu_check.write_reference`'s batch in `directory` (of
+  `model`'s weights): the largest difference two backends may show."""
+  batch = np.load(os.path.join(directory, "batch.npz"))
+  source, target = batch["source"], batch["target_input"]
+  cells = [(row, t) for row in range(len(target))
+           for t in range(target.shape[1])]
+  _, bound = rounding.vocabulary_logit_bounds(
+      model, [list(source[row]) for row, _ in cells],
+      [list(target[row, 1:t + 1]) for row, t in cells])
+  return 2 * float(bound.max())
 
 
 _REPEATED_TOKEN_GRADIENT = """
@@ -325,12 +376,25 @@ def test_gpu_check_runs_on_the_cpu(tmp_path):
     # not under the lever.
     padded = any(re.search(r"[\[,]272\]", i) for i in instructions.values())
     assert padded == (label == "tiny_float32"), label
-  assert figures["logits"]["max_abs_diff"] <= (
-      RELATIVE * figures["logits"]["max_abs_logit"]), figures["logits"]
+  _, reference_model = _reference_model(str(reference))
+  assert figures["logits"]["max_abs_diff"] <= _reference_bound(
+      reference, reference_model), figures["logits"]
   table = (output / "gpu_check.md").read_text()
   assert table.count("| tiny |") == 2 and "no_dropout" in table
   assert "(no device events: a CPU run)" in table
   assert "Logits against the TensorFlow CPU reference" in table
+
+
+def _reference_model(directory):
+  """(config, model) of `gpu_check.write_reference`'s files, here under
+  TensorFlow."""
+  from tf_transformer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tf_transformer import model as model_lib  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(directory, "config.json")) as f:
+    config = config_lib.TransformerConfig.from_dict(json.load(f))
+  model = model_lib.build_model(config, dtype="float32")
+  model.load_weights(os.path.join(directory, "model.weights.h5"))
+  return config, model
 
 
 def test_a_trace_summary_totals_each_device_thread_per_step(tmp_path):
@@ -435,8 +499,8 @@ def textbook(z):
 ours = lambda z: loss.label_smoothed_cross_entropy(labels, z, 0.1)
 # Our loss is the textbook one less a constant (the smoothed target's
 # entropy), so the gradients are equal.
-result = {"gap": float(jnp.max(jnp.abs(jax.grad(ours)(logits)
-                                      - jax.grad(textbook)(logits))))}
+gap = np.abs(np.asarray(jax.grad(ours)(logits) - jax.grad(textbook)(logits)))
+result = {"gap": gap.tolist()}
 """
 
 
@@ -444,8 +508,8 @@ def test_the_closed_form_loss_gradient_equals_autodiff_under_jax(checks):
   """The label-smoothed loss's hand-written gradient (its custom_gradient
   under JAX) equals JAX's autodiff of the textbook formula, padding
   included."""
-  gap = _result(checks, "jax", "loss_gradient_jax")["gap"]
-  assert gap < 1e-6, gap
+  gap = np.asarray(_result(checks, "jax", "loss_gradient_jax")["gap"])
+  rounding.assert_within(gap, 0.0, _loss_gradient_bound())
 
 
 _LOSS_GRADIENT_TORCH = """
@@ -464,7 +528,7 @@ def grad(fn):
   fn(z).backward()
   return z.grad
 ours = lambda z: loss.label_smoothed_cross_entropy(labels, z, 0.1)
-result = {"gap": float((grad(ours) - grad(textbook)).abs().max())}
+result = {"gap": (grad(ours) - grad(textbook)).abs().tolist()}
 """
 
 
@@ -472,15 +536,33 @@ def test_the_closed_form_loss_gradient_equals_autograd_under_torch(checks):
   """The same under PyTorch, whose `keras.ops.custom_gradient` is an
   autograd Function: the hand-written gradient equals torch's autograd of
   the textbook formula, padding included."""
-  gap = _result(checks, "torch", "loss_gradient_torch")["gap"]
-  assert gap < 1e-6, gap
+  gap = np.asarray(_result(checks, "torch", "loss_gradient_torch")["gap"])
+  rounding.assert_within(gap, 0.0, _loss_gradient_bound())
+
+
+def _loss_gradient_bound():
+  """Two float32 computations of the label-smoothed loss's gradient for
+  the checks' logits (seeded, [2, 5, 11]): (softmax(z) - target) * w / n,
+  each within (2 FUNCTION + 11 + 8) u of the magnitudes |softmax(z)| +
+  |target| over n (the softmax's exponentials, its sum of 11 terms and
+  quotient, the target's two products and sum, the difference, the
+  weight's product and the division by the n = 8 real tokens)."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 5, 11)) * 3
+  labels = np.array([[4, 7, 2, 0, 0], [5, 6, 9, 10, 3]])
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  target = 0.9 * np.eye(11)[labels] + 0.1 / 11
+  weights = (labels != 0)[..., None]
+  return 2 * (2 * rounding.FUNCTION + 19) * rounding.U32 * (
+      probs + target) * weights / weights.sum()
 
 
 _ATTENTION_CORE = """
-import sys
+import os, sys
 sys.path.insert(0, "tests")
 from attention_core import gaps
-result = gaps()
+result = gaps(os.environ["REFERENCE_WEIGHTS"])
 """
 
 
@@ -491,9 +573,7 @@ def test_the_fused_attention_core_equals_the_one_with_weights(backend,
   own kernels) computes what eq. 1 with returned weights does, within
   float32 rounding (tests/test_attention_core.py's bound)."""
   found = _result(checks, backend, "attention_core")
-  assert set(found) == {"padding", "causal", "cross", "encoder", "logits"}
-  for case, (gap, magnitude) in found.items():
-    assert gap <= RELATIVE * max(magnitude, 1.0), (case, gap, magnitude)
+  assert_gaps_within_rounding(found, made_reference_weights())
 
 
 # The checks run by the `checks` fixture, and the backends each runs under

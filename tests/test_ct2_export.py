@@ -26,10 +26,11 @@ from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import run_script
+import rounding
 import search_reference
-from float32_bounds import ATTENTION
-from search_reference import EPSILON
 from training_helpers import token_log_probs, vocabulary
+
+pytestmark = pytest.mark.numeric
 
 SOURCES, REFERENCES = zip(*numbers.generate({"test": 200}, seed=7)["test"])
 
@@ -69,8 +70,8 @@ def _best_of_each_engine(model, vocab, path, options, sources):
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
-  """Both engines decode the same model (per token within EPSILON of a
-  float64 teacher-forced pass), but their beam searches differ in rules
+  """Both engines decode the same model (each within its float32 rounding
+  bound of the exact values, tests/rounding.py), but their beam searches differ in rules
   (translators/ct2_runtime.py): CTranslate2 finishes only an EOS ranked among
   the best `beam_size` candidates of a step, ours also those ranked
   beam_size + 1 to 2 * beam_size; it stops once 2 * beam_size hypotheses
@@ -113,19 +114,34 @@ def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
       model, sources, rules, options.nbest if method == "beam" else 1,
       options.length_penalty_alpha, options.max_decode_length_offset, known)
   by_our_rules, by_theirs = search("ours"), search("ctranslate2")
+  # Each engine's (and the reference's float32) log-probabilities within
+  # their float32 bounds (rounding.py) of the outputs' exact ones: an
+  # output that ended before the limit ended with its EOS.
+  limit = lambda line: len(sources[line]) + options.max_decode_length_offset
+  searched = lambda line, ids: list(ids) + (
+      [EOS_ID] if len(ids) < limit(line) else [])
+  lines = range(len(sources))
+  bound = 2 * rounding.output_bounds(
+      model, sources, [searched(line, ours[line][0]) for line in lines])
+  their_bound = 2 * rounding.output_bounds(
+      model, sources, [searched(line, theirs[line][0]) for line in lines])
+  near_tie = lambda line, result: search_reference.near_tie(
+      model, sources[line], result)
   for line, (mine, other, reference, their_reference) in enumerate(
       zip(ours, theirs, by_our_rules, by_theirs)):
-    for (ids, score), expected in ((mine, reference),
-                                   (other, their_reference)):
-      assert ids == expected.tokens or expected.near_tie, (
+    for (ids, score), expected, within in ((mine, reference, bound),
+                                           (other, their_reference,
+                                            their_bound)):
+      assert ids == expected.tokens or near_tie(line, expected), (
           line, SOURCES[line], ids, expected)
-      if ids == expected.tokens:  # |Y| log-probabilities, each within EPSILON
-        assert abs(score - expected.score) < (len(ids) + 1) * EPSILON
+      if ids == expected.tokens:
+        assert abs(score - expected.score) <= within[line]
     if mine[0] == other[0]:
-      assert abs(mine[1] - other[1]) < 2 * (len(mine[0]) + 1) * EPSILON
+      assert abs(mine[1] - other[1]) <= bound[line]
     else:
       assert (reference.tokens != their_reference.tokens
-              or reference.near_tie or their_reference.near_tie), line
+              or near_tie(line, reference)
+              or near_tie(line, their_reference)), line
 
 
 def test_nucleus_sampling_through_ctranslate2(trained, tmp_path):
@@ -208,25 +224,32 @@ def test_the_reference_tells_the_two_rules_apart():
     while not search.done:
       search.advance(np.stack([then] * len(search.alive)))
     result = search.result()
-    assert result.tokens == want and not result.near_tie, (rules, result)
+    # Each decision by a clear margin (0.02 nats at least) of these exact
+    # numbers: the rules, not a tie, set the two apart.
+    assert result.tokens == want, (rules, result)
+    assert min(gap for gap, _, _ in result.decisions) > 0.02, result
 
 
-def _max_token_gap(model, vocab, tmp_path, sources, targets):
+def _assert_same_token_log_probs(model, vocab, tmp_path, sources, targets):
+  """Both engines' teacher-forced log-probabilities of each token, each
+  within its float32 bound of the exact values (rounding.py)."""
   path = ct2.export(model, vocab, str(tmp_path / "ct2"),
                     DecodingOptions())
   theirs = CT2Decoder(path).token_log_probs(sources, targets)
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
   ours = token_log_probs(model, processor, sources, targets)
   assert [len(t) for t in theirs] == [len(o) for o in ours]
-  return max(np.max(np.abs(np.array(t) - o)) for t, o in zip(theirs, ours))
+  encode = lambda texts: [ids + [EOS_ID] for ids in processor.encode(
+      list(texts))]
+  _, bound = rounding.token_bounds(model, encode(sources), encode(targets))
+  for row, (a, b) in enumerate(zip(theirs, ours)):
+    rounding.assert_within(a, b, 2 * bound[row, :len(b)], f"line {row}")
 
 
 def test_token_log_probs_equal_ours(trained, tmp_path):
-  """Both engines within EPSILON of the same values: float32 rounding."""
   model, vocab = run_dir.load_trained_model(str(trained))
-  gap = _max_token_gap(model, vocab, tmp_path, SOURCES[:64],
-                       REFERENCES[:64])
-  assert gap < 2 * EPSILON
+  _assert_same_token_log_probs(model, vocab, tmp_path, SOURCES[:64],
+                               REFERENCES[:64])
 
 
 @pytest.mark.parametrize("overrides", [
@@ -240,9 +263,8 @@ def test_token_log_probs_equal_ours(trained, tmp_path):
 def test_architecture_variants_convert_exactly(tmp_path, overrides):
   config = get_config("tiny", overrides, vocab_size=vocabulary().vocab_size)
   model = build_model(config)
-  gap = _max_token_gap(model, vocabulary(), tmp_path, SOURCES[:16],
-                       REFERENCES[:16])
-  assert gap < 2 * EPSILON
+  _assert_same_token_log_probs(model, vocabulary(), tmp_path, SOURCES[:16],
+                               REFERENCES[:16])
 
 
 def test_refuses_keys_and_values_of_different_sizes(tmp_path):
@@ -278,7 +300,7 @@ def test_scripts_take_either_export(trained, tmp_path):
     # The script prints what its engine gives (where the two engines
     # differ, and why: test_each_engine_searches_by_its_rules) in the
     # batches it makes (--batch_tokens=2048: other batches are other shapes,
-    # whose rounding can tip a near-tie, as in float32_bounds).
+    # whose rounding can tip a near tie, tests/search_reference.py).
     engine = Translator.from_export(str(model))
     batches = dict(batch_size=1_000_000, batch_tokens=2048)
     assert lines == [n[0][0] for n in engine.translate(list(SOURCES[:40]),
@@ -330,22 +352,31 @@ def test_alignments_from_the_chosen_layer_averaged_over_heads(trained,
       (row[0].decode(), scores[0]) for row, scores in zip(*decoder.nbest(
           sources))]
   near_ties = 0
-  for (source, target, _, weights), (_, _, pairs) in zip(
-      decoder.best_with_attention(sources), aligned):
-    ids = [processor.piece_to_id(p) for p in target]
+  best = decoder.best_with_attention(sources)
+  piece_ids = lambda pieces: [processor.piece_to_id(p) for p in pieces]
+  _, bounds = rounding.attention_bounds(
+      model, [piece_ids(source) + [EOS_ID] for source, _, _, _ in best],
+      [piece_ids(target) for _, target, _, _ in best])
+  for (source, target, _, weights), (_, _, pairs), bound in zip(
+      best, aligned, bounds):
+    ids = piece_ids(target)
     ours = model.attention_weights(
-        tf.constant([[processor.piece_to_id(p) for p in source] + [EOS_ID]]),
+        tf.constant([piece_ids(source) + [EOS_ID]]),
         tf.constant([[BOS_ID] + ids]))["encoder_decoder"]
     # Layer 1's heads averaged, the EOS row and column left out, as given.
     first, second = (w[0].numpy().mean(axis=0)[:len(ids), :len(source)]
                      for w in ours)
-    # Two engines' attention (float32_bounds.ATTENTION); two pieces within
-    # twice that of each other may swap.
-    np.testing.assert_allclose(weights, first, rtol=0, atol=ATTENTION)
+    bound = bound[:len(ids), :len(source)]
+    # Two engines' attention, each within its float32 bound (rounding.py).
+    rounding.assert_within(weights, first, 2 * bound)
     assert np.abs(np.array(weights) - second).max() > 1e-3  # not layer 2's
-    top_two = np.sort(first, axis=1)[:, -2:]
-    if len(source) > 1 and np.any(top_two[:, 1] - top_two[:, 0] <
-                                  2 * ATTENTION):
+    # Two pieces may swap where the gap between them is within both
+    # engines' bounds on both (4 bounds).
+    order = np.argsort(first, axis=1)[:, -2:]
+    top_two = np.take_along_axis(first, order, 1)
+    if len(source) > 1 and np.any(top_two[:, 1] - top_two[:, 0] <=
+                                  4 * np.take_along_axis(bound, order,
+                                                         1).max(1)):
       near_ties += 1
       continue
     want = alignment.hard_alignment(
@@ -397,10 +428,26 @@ def test_scorer_gives_what_the_savedmodel_signature_gives(trained, tmp_path):
   ours = Scorer.from_module(module).score(sources, targets)
   assert [len(t) for _, t in theirs] == [len(t) for _, t in ours]
   assert len(ours[-1][1]) == 24 + module.options.max_decode_length_offset + 1
-  for (total, values), (want, want_values) in zip(theirs, ours):
-    # Each engine within EPSILON a token of the float64 reference.
-    np.testing.assert_allclose(values, want_values, rtol=0, atol=2 * EPSILON)
-    assert abs(total - want) < 2 * len(values) * EPSILON
+  bound = _scored_bounds(model, vocab, sources, [len(t) for _, t in ours],
+                         targets)
+  for (total, values), (want, want_values), row_bound in zip(theirs, ours,
+                                                             bound):
+    # Each engine within its float32 bound (rounding.py) of the exact values.
+    rounding.assert_within(values, want_values, 2 * row_bound[:len(values)])
+    rounding.assert_within(total, want, 2 * row_bound[-1])
+
+
+def _scored_bounds(model, vocab, sources, lengths, targets):
+  """`rounding.token_bounds` of the pairs as the scorers cut them: each
+  target to `lengths` tokens, its EOS last."""
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  cut = [(ids + [EOS_ID])[:n - 1] + [EOS_ID] for ids, n in zip(
+      processor.encode(targets), lengths)]
+  _, bound = rounding.token_bounds(
+      model, [ids + [EOS_ID] for ids in processor.encode(sources)], cut)
+  # The whole target's bound last, as token_bounds gives it.
+  return [np.concatenate([row[:n], row[-1:]]) for row, n in zip(bound,
+                                                                lengths)]
 
 
 def test_target_prefix_through_ctranslate2(trained, tmp_path):
@@ -424,18 +471,24 @@ def test_target_prefix_through_ctranslate2(trained, tmp_path):
   plain = decoder.nbest(sources[:4])
   assert [row[0] for row in plain[0]] == list(theirs[0][:4])
   # The same outputs, decoded in a batch of 4 and in one of 32 (other
-  # padding, so other float32 sums: 2.6e-7 apart on an AVX-512 host): each
-  # engine's log-probability of a token is within EPSILON of the float64
-  # reference's, so two decodings' within 2 * EPSILON, over |Y| + 1 tokens.
-  for text, row, other in zip(theirs[0][:4], plain[1], theirs[1][:4]):
-    tokens = len(processor.encode(text.decode())) + 1
-    assert abs(row[0] - other) < 2 * tokens * EPSILON, (text, row, other)
-  # Each score, against our model's teacher-forced log-probabilities of
-  # the output's own subwords.
+  # padding, so other float32 sums): each within its float32 bound
+  # (rounding.py).
   limit = decoder.output_limit(decoder.pieces(sources))
+  outputs = []
+  for pieces, _ in decoder.prefix_pieces(sources, prefixes):
+    ids = [processor.piece_to_id(p) for p in pieces]
+    outputs.append(ids + ([EOS_ID] if len(ids) < limit else []))
+  source_ids = [ids + [EOS_ID] for ids in processor.encode(sources)]
+  bound = 2 * rounding.output_bounds(model, source_ids, outputs)
+  for line, (row, other) in enumerate(zip(plain[1], theirs[1][:4])):
+    assert abs(row[0] - other) <= bound[line], (line, row, other)
+  # Each score, against our model's teacher-forced log-probabilities of
+  # the output's own subwords (the prefix's left out): each within its
+  # bound, the sum of the completion's tokens' at most.
+  _, token_bound = rounding.token_bounds(model, source_ids, outputs)
   alpha = module.options.length_penalty_alpha
-  for source, prefix, (pieces, score) in zip(
-      sources, prefixes, decoder.prefix_pieces(sources, prefixes)):
+  for line, (source, prefix, (pieces, score)) in enumerate(zip(
+      sources, prefixes, decoder.prefix_pieces(sources, prefixes))):
     ids = [processor.piece_to_id(p) for p in pieces]
     ended = len(ids) < limit  # by its EOS, not by the limit
     values = _teacher_forced(model, processor, source, ids, ended)
@@ -443,7 +496,9 @@ def test_target_prefix_through_ctranslate2(trained, tmp_path):
     length = len(values)
     want = (values.sum() - values[:forced].sum()) / (
         ((5.0 + length) / 6.0) ** alpha)
-    assert abs(score - want) < 2 * (length + 1) * EPSILON, (source, prefix)
+    within = 2 * token_bound[line, forced:length].sum() + (
+        rounding.PENALTY * rounding.U32 * abs(want))
+    assert abs(score - want) <= within, (source, prefix)
 
 
 def _teacher_forced(model, processor, source, ids, with_eos):
@@ -472,19 +527,29 @@ def test_forced_alignments_are_the_savedmodel_signatures(trained, tmp_path):
   out = {k: v.numpy() for k, v in module.forced_alignment(
       tf.constant(sources), tf.constant(targets)).items()}
   attention = CT2Decoder(path).forced_attention(sources, targets)
+  bound = _scored_bounds(model, vocab, sources, [len(v) for _, v, _ in ours],
+                         targets)
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  piece_ids = lambda pieces: [processor.piece_to_id(p) for p in pieces]
+  _, attention_bound = rounding.attention_bounds(
+      model, [piece_ids(source) + [EOS_ID] for source, _, _ in attention],
+      [piece_ids(target) for _, target, _ in attention])
   near_ties = 0
   for row, ((total, values, pairs), (want, want_values, want_pairs),
             (source, target, weights)) in enumerate(zip(theirs, ours,
                                                         attention)):
-    np.testing.assert_allclose(values, want_values, rtol=0, atol=2 * EPSILON)
-    assert abs(total - want) < 2 * len(values) * EPSILON
+    # Each engine within its float32 bound (rounding.py).
+    rounding.assert_within(values, want_values, 2 * bound[row][:len(values)])
+    rounding.assert_within(total, want, 2 * bound[row][-1])
     assert len(target) == len(values) - 1  # the pieces, cut; then EOS
     ours_weights = out["cross_attention"][row, 0][:len(target), :len(source)]
-    np.testing.assert_allclose(np.reshape(weights, ours_weights.shape),
-                               ours_weights, rtol=0, atol=ATTENTION)
-    top_two = np.sort(ours_weights, axis=1)[:, -2:]
-    if len(source) > 1 and np.any(top_two[:, 1] - top_two[:, 0] <
-                                  2 * ATTENTION):
+    within = attention_bound[row][:len(target), :len(source)]
+    rounding.assert_within(np.reshape(weights, ours_weights.shape),
+                           ours_weights, 2 * within)
+    order = np.argsort(ours_weights, axis=1)[:, -2:]
+    top_two = np.take_along_axis(ours_weights, order, 1)
+    if len(source) > 1 and np.any(top_two[:, 1] - top_two[:, 0] <= 4 * (
+        np.take_along_axis(within, order, 1).max(1))):
       near_ties += 1
       continue
     assert pairs == want_pairs, (source, target)

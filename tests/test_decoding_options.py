@@ -17,11 +17,14 @@ from tf_transformer.decoding.greedy import nucleus
 from tf_transformer.decoding.search import DecodingOptions, decode
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from float32_bounds import sentence
+import rounding
+from search_reference import lines_apart
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
 SAMPLE = DecodingOptions(method="sample", num_samples=5, temperature=2.0,
                          max_decode_length_offset=6, seed=7)
+
+pytestmark = pytest.mark.numeric
 
 
 @pytest.fixture(scope="module")
@@ -49,22 +52,41 @@ def test_greedy_option_is_greedy_search_with_penalised_scores(model):
       method="greedy", max_decode_length_offset=6))
   greedy_ids, log_probs = greedy_search(model, SOURCES, 6)
   assert ids.shape[:2] == (2, 1)
-  np.testing.assert_array_equal(ids[:, 0], greedy_ids)
+  # Two loops (the search's, greedy_search's), of other shapes: the same
+  # outputs but at near ties (tests/search_reference.py), the same scores
+  # within both paths' float32 bounds (rounding.py).
+  _same_greedy(model, ids, greedy_ids)
   lengths = tf.reduce_sum(tf.cast(greedy_ids != PAD_ID, tf.int32), 1)
-  np.testing.assert_allclose(scores[:, 0],
-                             log_probs / length_penalty(lengths, 0.6),
-                             rtol=1e-5)
+  bound = 2 * rounding.search_bounds(model, _sources(), greedy_ids)[:, 0]
+  rounding.assert_within(scores[:, 0],
+                         log_probs / length_penalty(lengths, 0.6), bound)
+
+
+def _sources():
+  return rounding.unpadded(SOURCES)
+
+
+def _same_greedy(model, ids, greedy_ids):
+  """Asserts that each output of `ids` [rows, outputs, length] is the
+  greedy output `greedy_ids` [rows, length] but where greedy decoding met a
+  near tie (tests/search_reference.py)."""
+  for column in range(ids.shape[1]):
+    lines_apart(model, _sources(), np.asarray(ids)[:, column:column + 1],
+                np.asarray(greedy_ids)[:, None], beam_size=1,
+                max_length_offset=6)
 
 
 def test_samples_are_scored_by_the_model_and_sorted(model):
   ids, scores = decode(model, SOURCES, SAMPLE)
   assert ids.shape[:2] == (2, 5) and scores.shape == (2, 5)
   for row in range(2):
-    assert np.all(np.diff(scores[row]) <= 1e-6), "n-best not sorted"
+    assert np.all(np.diff(scores[row]) <= 0), "n-best not sorted"
     expected = _teacher_forced_scores(model, SOURCES[row], ids[row], 0.6)
-    # The cached step and teacher forcing: two paths (float32_bounds).
-    np.testing.assert_allclose(scores[row], expected, rtol=0,
-                               atol=sentence(ids.shape[-1]))
+    # The cached step and teacher forcing: two paths, each within its
+    # float32 bound (rounding.py).
+    bound = 2 * rounding.search_bounds(model, _sources()[row:row + 1],
+                                       ids[row:row + 1])[0]
+    rounding.assert_within(scores[row], expected, bound)
     for sample in ids[row].numpy():
       ends = np.where(sample == EOS_ID)[0]
       if len(ends):  # nothing but padding after the end
@@ -88,8 +110,9 @@ def test_top_k_one_is_greedy_at_any_temperature(model):
       method="greedy", max_decode_length_offset=6))
   ids, _ = decode(model, SOURCES, dataclasses.replace(
       SAMPLE, top_k=1, temperature=5.0))
-  for sample in range(5):
-    np.testing.assert_array_equal(ids[:, sample], greedy_ids[:, 0])
+  # The likeliest token alone, whatever the draw: greedy decoding, by the
+  # sampling loop's batch of 5 rows a source (other shapes, other kernels).
+  _same_greedy(model, ids, greedy_ids[:, 0])
 
 
 def test_a_nucleus_below_the_likeliest_token_is_greedy(model):
@@ -99,8 +122,7 @@ def test_a_nucleus_below_the_likeliest_token_is_greedy(model):
       method="greedy", max_decode_length_offset=6))
   ids, _ = decode(model, SOURCES, dataclasses.replace(
       SAMPLE, top_k=10, top_p=1e-6, temperature=5.0))
-  for sample in range(5):
-    np.testing.assert_array_equal(ids[:, sample], greedy_ids[:, 0])
+  _same_greedy(model, ids, greedy_ids[:, 0])
 
 
 def _nucleus_reference(logits, top_p):
@@ -204,5 +226,19 @@ def test_stored_step_weights_decode_the_same(model, method):
       lambda s: decode(model, s, options, step_weights=stored))
   plain_ids, plain_scores = plain(SOURCES)
   ids, scores = from_stored(SOURCES)
-  np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
-  np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-5)
+  # Two graphs (variables read, or weights prepared and folded into the
+  # graph): the same outputs but where a decision lies within their float32
+  # rounding (tests/search_reference.py; for draws, those within it of a
+  # boundary of the cumulative distribution, some 1e-5 of the mass, which
+  # TensorFlow's sampler hides: a line in thousands), the same scores within
+  # both paths' bounds (rounding.py).
+  if method == "sample":
+    same = np.all(ids.numpy() == plain_ids.numpy(), axis=(1, 2))
+    assert same.sum() >= 1, same
+  else:
+    apart = lines_apart(model, _sources(), plain_ids.numpy(), ids.numpy(),
+                        beam_size=options.nbest, max_length_offset=6)
+    same = np.array([line not in apart for line in range(len(SOURCES))])
+  bound = 2 * rounding.search_bounds(model, _sources(), plain_ids.numpy())
+  rounding.assert_within(scores.numpy()[same], plain_scores.numpy()[same],
+                         bound[same])

@@ -101,13 +101,21 @@ def _block_after(text, marker):
 def test_the_quick_tier_is_the_suite_less_its_slow_tests():
   """README.md gives the quick tier after <!-- quick-test-command -->, the
   suite without the tests marked `slow` (conftest.py registers the mark);
-  the full command, which .ci/run runs, deselects nothing."""
+  the full command, which .ci/run runs, deselects nothing, then runs the
+  quick tier's numeric tests under an AVX2-capped oneDNN and under Eigen's
+  kernels (the `numeric` and `bfloat16` marks say why)."""
   readme = _read("README.md")
   quick, full = (_block_after(readme, marker) for marker in (
       "quick-test-command", "test-command"))
   assert re.fullmatch(r'python -m pytest .*-m "not slow" tests\n', quick)
-  options = full.split(" pytest ", 1)[1]
+  first, *capped = full.splitlines()
+  options = first.split(" pytest ", 1)[1]
   assert " -m " not in options and " -k " not in options
+  assert capped == [
+      'ONEDNN_MAX_CPU_ISA=AVX2 python -m pytest -q -n auto '
+      '-m "numeric and not slow and not bfloat16" tests',
+      'TF_ENABLE_ONEDNN_OPTS=0 python -m pytest -q -n auto '
+      '-m "numeric and not slow" tests']
   with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
     assert "<!-- test-command -->" in f.read()
 

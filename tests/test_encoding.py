@@ -15,17 +15,14 @@ from tf_transformer.decoding import encoding
 from tf_transformer.decoding import step_weights
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import EOS_ID, PAD_ID
+import rounding
+
+pytestmark = pytest.mark.numeric
 
 # Lengths 5, 2, 1 and 4: padding in every sentence but the first.
 SOURCE = tf.constant([[5, 6, 7, 9, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
                       [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
                       [11, 12, 13, EOS_ID, PAD_ID]])
-# float32: two paths (the step's fused Q, K and V, the Keras layers), which
-# round in other orders: atol + rtol * |x| is 1e-5 of the memory's largest
-# values (about 4: gamma up to 1.5), as float32_bounds.LOG_PROB is of logits
-# of 10. bfloat16 keeps 8 significant bits of activations of magnitude about
-# 1 (and its layers round in other places).
-TOLERANCE = {"float32": 2e-5, "bfloat16": 0.15}
 
 
 def _model(overrides, dtype):
@@ -51,7 +48,9 @@ def _model(overrides, dtype):
     ("activation=gelu", "float32", "eager"),
     ("norm_position=pre,activation=gelu_tanh,"
      "positional_encoding=sinusoidal_opennmt", "float32", "graph"),
-    ("", "bfloat16", "graph"), ("norm_position=pre", "bfloat16", "eager")])
+    pytest.param("", "bfloat16", "graph", marks=pytest.mark.bfloat16),
+    pytest.param("norm_position=pre", "bfloat16", "eager",
+                 marks=pytest.mark.bfloat16)])
 def test_memory_equals_the_keras_encoder_at_real_tokens(overrides, dtype,
                                                         mode):
   model = _model(overrides, dtype)
@@ -68,8 +67,11 @@ def test_memory_equals_the_keras_encoder_at_real_tokens(overrides, dtype,
   real = mask.numpy()
   memory = tf.cast(memory, tf.float32).numpy()
   expected = tf.cast(expected, tf.float32).numpy()
-  np.testing.assert_allclose(memory[real], expected[real],
-                             atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+  # Two paths (the step's fused Q, K and V, the Keras layers), each within
+  # its bound (rounding.py) in `dtype`.
+  _, bound = rounding.memory_bounds(model, rounding.unpadded(SOURCE),
+                                    rounding.Precision(dtype))
+  rounding.assert_within(memory[real], expected[real], 2 * bound[real])
   assert not memory[~real].any()
 
 
@@ -93,9 +95,11 @@ def test_the_prepared_weights_are_the_layers():
   attention = named.encoder.layers[0].self_attention
   layer = weights.layers[0]
   d_q = attention.query.kernel.shape[-1]
+  # Three roundings apart at most: the scale's, the product's, NumPy's
+  # quotient's.
   np.testing.assert_allclose(layer.qkv_kernel[:, :d_q],
                              attention.query.kernel.numpy() / np.sqrt(8),
-                             rtol=1e-6)
+                             rtol=3 * rounding.U32)
   np.testing.assert_array_equal(layer.qkv_kernel[:, d_q:2 * d_q],
                                 attention.key.kernel)
   inner = named.encoder.layers[0].feed_forward.inner.kernel

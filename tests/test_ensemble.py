@@ -21,9 +21,11 @@ from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from conftest import TRAINED_EXPORT, run_script
-from float32_bounds import ATTENTION, LOG_PROB, sentence
+import rounding
 from search_reference import lines_apart
 from training_helpers import SPEC, write_run_dir
+
+pytestmark = pytest.mark.numeric
 
 SOURCE = tf.constant([[5, 6, 7, 9, EOS_ID], [8, 11, EOS_ID, PAD_ID, PAD_ID]])
 TEXTS = ["four hundred and twenty-one", "seven", "thirty thousand and two"]
@@ -45,13 +47,22 @@ def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
     method):
   model = _model(1)
   ids, scores = _decode(model, method)
+  sources = rounding.unpadded(SOURCE)
+  beam = 4 if method == "beam" else 1
+  model_bound = rounding.search_bounds(model, sources, ids.numpy())
   for ensemble in (Ensemble([model]), Ensemble([model, model]),
                    Ensemble([model, model], average="probs")):
     got_ids, got_scores = _decode(ensemble, method)
-    np.testing.assert_array_equal(got_ids, ids)
-    # The ensemble's step and the model's: two paths (float32_bounds).
-    np.testing.assert_allclose(got_scores, scores, rtol=0,
-                               atol=sentence(ids.shape[-1]))
+    # The ensemble's step and the model's: two paths, the same outputs but
+    # at near ties (tests/search_reference.py), the same scores within
+    # both paths' bounds (rounding.py; the ensemble's own roundings too).
+    apart = lines_apart(ensemble, sources, ids.numpy(), got_ids.numpy(),
+                        beam_size=beam, max_length_offset=6)
+    same = np.array([line not in apart for line in range(len(sources))])
+    bound = model_bound + rounding.search_bounds(ensemble, sources,
+                                                 ids.numpy())
+    rounding.assert_within(got_scores.numpy()[same], scores.numpy()[same],
+                           bound[same])
 
 
 @pytest.mark.parametrize("average", ["log_probs", "probs"])
@@ -77,13 +88,25 @@ def test_each_step_combines_the_members_distributions(average):
                 source_mask, weights)[0]
   got = first_step(EnsembleStep(ensemble))
   expected = [tf.nn.log_softmax(first_step(Step(m))).numpy() for m in members]
-  np.testing.assert_allclose(got, combined(expected), rtol=0, atol=LOG_PROB)
+  # Two paths: the ensemble's step, and each member's step combined here in
+  # float64; each within the ensemble's bound (rounding.py: its members'
+  # roundings and the combination's).
+  sources = rounding.unpadded(tf.repeat(SOURCE, 2, axis=0))
+  _, bound = rounding.next_token_bounds(ensemble, sources, [[]] * 4,
+                                        renormalized=False)
+  rounding.assert_within(got, combined(expected), 2 * bound)
 
   target_in = tf.constant([[BOS_ID, 5, 6], [BOS_ID, 7, PAD_ID]])
-  np.testing.assert_allclose(
-      ensemble((SOURCE, target_in)),
-      combined([tf.nn.log_softmax(m((SOURCE, target_in))).numpy()
-                for m in members]), rtol=0, atol=LOG_PROB)
+  prefixes = [[5, 6][:t] for t in range(3)] + [[7][:t] for t in range(2)]
+  _, bound = rounding.next_token_bounds(
+      ensemble, [rounding.unpadded(SOURCE)[0]] * 3
+      + [rounding.unpadded(SOURCE)[1]] * 2, prefixes, renormalized=False)
+  got = ensemble((SOURCE, target_in)).numpy()
+  want = combined([tf.nn.log_softmax(m((SOURCE, target_in))).numpy()
+                   for m in members])
+  real = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+  rounding.assert_within(np.stack([got[r, t] for r, t in real]),
+                         np.stack([want[r, t] for r, t in real]), 2 * bound)
   # A beam search over both runs, with sentences leaving the batch.
   ids, scores = _decode(ensemble, "beam")
   assert ids.shape[:2] == (2, 4) and np.all(np.isfinite(scores))
@@ -96,18 +119,39 @@ def test_one_pass_gives_the_logits_and_the_attention_of_two():
   `attention_weights`' distributions, within float32 rounding."""
   target_in = tf.constant([[BOS_ID, 5, 6, 9], [BOS_ID, 7, PAD_ID, PAD_ID]])
   small = "num_layers=1,d_model=32,num_heads=2,d_k=16,d_v=16,d_ff=64"
+  sources = rounding.unpadded(SOURCE)
+  targets = [[5, 6, 9], [7]]
+  real = [(row, t) for row, target in enumerate(targets)
+          for t in range(len(target) + 1)]
   for model in (_model(1), Ensemble([_model(1), _model(2)]),
                 Ensemble([_model(1), _model(2, small)], "probs")):
     logits, attention = model.logits_and_attention(SOURCE, target_in)
-    np.testing.assert_allclose(logits, model((SOURCE, target_in)),
-                               rtol=0, atol=LOG_PROB)
+    # Two passes (the weights' attention kernels and the fused ones), each
+    # within its bound (rounding.py), at the real target positions: the
+    # model's logits, or an ensemble's combined log-probabilities.
+    prefixes = [targets[row][:t] for row, t in real]
+    rows = [sources[row] for row, _ in real]
+    _, bound = (rounding.logit_bounds(model, rows, prefixes)
+                if isinstance(model, keras.Model) else
+                rounding.next_token_bounds(model, rows, prefixes,
+                                           renormalized=False))
+    want = model((SOURCE, target_in)).numpy()
+    rounding.assert_within(np.stack([logits.numpy()[r, t] for r, t in real]),
+                           np.stack([want[r, t] for r, t in real]), 2 * bound)
     expected = model.attention_weights(SOURCE, target_in)
     assert set(attention) == set(expected) == {
         "encoder_self", "decoder_self", "encoder_decoder"}
     for kind, layers in expected.items():
       assert len(attention[kind]) == len(layers) == 2  # the lead's depth
-      for got, want in zip(attention[kind], layers):
-        np.testing.assert_allclose(got, want, rtol=0, atol=ATTENTION)
+      for layer, (got, want) in enumerate(zip(attention[kind], layers)):
+        _, bound = rounding.attention_bounds(model, sources, [
+            t[:-1] for t in targets], kind, layer, heads=True)
+        for row, (source, target) in enumerate(zip(sources, targets)):
+          queries = len(source) if kind == "encoder_self" else len(target)
+          keys = len(target) if kind == "decoder_self" else len(source)
+          cut = lambda a: np.asarray(a)[row, :, :queries, :keys]
+          rounding.assert_within(cut(got), cut(want), 2 * cut(bound),
+                                 f"{kind} {layer}")
 
 
 def test_members_of_another_vocabulary_are_refused(tmp_path):
@@ -150,12 +194,17 @@ def test_one_saved_model_of_a_run_with_its_checkpoint_translates_as_the_run(
   # Equal weights average to the same log-probabilities, up to rounding.
   apart = lines_apart(model, sources, subwords(single), subwords(ensemble),
                       max_length_offset=offset)
-  longest = max(map(len, sources)) + offset  # the search's limit
   for line in set(range(len(TEXTS))) - set(apart):
     assert [t for t, _ in ensemble[line]] == [t for t, _ in single[line]]
-    np.testing.assert_allclose([s for _, s in ensemble[line]],
-                               [s for _, s in single[line]], rtol=0,
-                               atol=sentence(longest))
+    # Each within its bound (rounding.py): the model's, the ensemble's.
+    outputs = [ids + [EOS_ID] for ids in subwords(single)[line]]
+    bound = (rounding.output_bounds(model, [sources[line]] * len(outputs),
+                                    outputs)
+             + rounding.output_bounds(Ensemble([model, model]),
+                                      [sources[line]] * len(outputs),
+                                      outputs))
+    rounding.assert_within([s for _, s in ensemble[line]],
+                           [s for _, s in single[line]], bound)
   loaded = tf.saved_model.load(path)
   assert set(loaded.signatures) >= {"serving_default", "score", "attention"}
   scored = loaded.signatures["score"](source=tf.constant(TEXTS[:1]),

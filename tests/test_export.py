@@ -27,7 +27,6 @@ from tf_transformer.data.sources import DataSpec
 from tf_transformer.data import sequences
 from tf_transformer.decoding.bans import Bans
 from tf_transformer.decoding.greedy import greedy_search
-from tf_transformer.model import with_dtype_policy
 from tf_transformer.run import run_dir
 from tf_transformer.run.runner import Runner
 from tf_transformer.serving import export as export_lib
@@ -37,7 +36,7 @@ from conftest import TRAINED_EXPORT
 from conftest import UNTRAINED_EXPORT_OFFSET as OFFSET
 from conftest import load_saved_model, run_script
 from conftest import start_script
-from float32_bounds import sentence
+import rounding
 import search_reference
 from training_helpers import beam_search as model_beam_search
 
@@ -201,15 +200,31 @@ def test_loads_in_a_fresh_process_and_answers_bad_requests(request, dtype):
       answers["ids_rank_3"]
 
 
-def test_attention_signature_gives_tokens_and_distributions(exported):
+def _searched(model_dir, loaded, texts):
+  """(model, source ids, the best outputs' ids with their EOS) of the
+  export `loaded` of `model_dir` for `texts`: its `ids` signature runs the
+  search every signature runs."""
+  model, vocab = run_dir.load_trained_model(str(model_dir))
+  source_ids = _source_ids(vocab, texts)
+  outputs = loaded.signatures["ids"](source_ids=source_ids)["target_ids"]
+  return model, rounding.unpadded(source_ids), rounding.unpadded(outputs)
+
+
+@pytest.mark.numeric
+def test_attention_signature_gives_tokens_and_distributions(model_dir,
+                                                            exported):
   loaded = load_saved_model(exported)
   texts = tf.constant(["four hundred and twenty-one", "seven"])
   out = loaded.signatures["attention"](text=texts)
   best = loaded.signatures["serving_default"](text=texts)
   np.testing.assert_array_equal(out["translation"], best["translation"])
   # The same search gives the same score (what translate.py --alignment
-  # prints with --show_scores).
-  np.testing.assert_allclose(out["score"], best["score"], rtol=1e-6)
+  # prints with --show_scores), by the weights' attention kernels: two
+  # paths, each within its float32 bound (rounding.py). The untrained
+  # model's outputs run to the length limit (no EOS).
+  model, sources, outputs = _searched(model_dir, loaded, texts)
+  rounding.assert_within(out["score"], best["score"],
+                         2 * rounding.output_bounds(model, sources, outputs))
   source_tokens = np.array([[p.decode() for p in row]
                             for row in out["source_tokens"].numpy()])
   target_tokens = np.array([[p.decode() for p in row]
@@ -229,9 +244,12 @@ def test_attention_signature_gives_tokens_and_distributions(exported):
         s - len(source))
     cross = out["encoder_decoder"][row, :, :, :len(target)].numpy()
     # Each output token's attention over the real source tokens sums to 1
-    # and gives padding nothing.
-    np.testing.assert_allclose(cross[..., :len(source)].sum(-1), 1.0,
-                               rtol=1e-5)
+    # and gives padding nothing: the quotients of a float32 softmax over L
+    # keys, e_i / sum(e), their sum within L + 1 roundings of 1 (the sum of
+    # the e_i, the quotients), summed again in float32 (L - 1 more).
+    length = len(source)
+    rounding.assert_within(cross[..., :length].sum(-1), 1.0,
+                           (2 * length + 2) * rounding.U32)
     assert np.all(cross[..., len(source):] == 0)
     decoder = out["decoder_self"][row].numpy()
     assert np.all(np.triu(decoder[0, 0], 1) == 0)  # causal
@@ -242,8 +260,9 @@ def test_attention_signature_gives_tokens_and_distributions(exported):
     assert np.all(decoder[:, :, len(target):] == 0)
 
 
+@pytest.mark.numeric
 def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
-    exported):
+    model_dir, exported):
   """What word alignments need, a heads-th of `attention`'s: the same
   search, tokens and encoder-decoder weights, heads averaged."""
   loaded = load_saved_model(exported)
@@ -254,11 +273,19 @@ def test_alignment_signature_is_the_cross_attention_averaged_over_heads(
                          "target_tokens", "translation"]
   for key in ("translation", "source_tokens", "target_tokens"):
     np.testing.assert_array_equal(out[key], full[key])
-  np.testing.assert_allclose(out["score"], full["score"], rtol=1e-6)
-  # A mean of 4 float32 numbers in [0, 1], summed in another order.
-  np.testing.assert_allclose(
-      out["cross_attention"], full["encoder_decoder"].numpy().mean(axis=2),
-      rtol=0, atol=1e-6)
+  # Two searches of one model: each score and each weight within its
+  # float32 bound (rounding.py).
+  model, sources, outputs = _searched(model_dir, loaded, texts)
+  rounding.assert_within(out["score"], full["score"],
+                         2 * rounding.output_bounds(model, sources, outputs))
+  for layer in range(out["cross_attention"].shape[1]):
+    _, bound = rounding.attention_bounds(
+        model, sources, [o[:-1] for o in outputs], layer=layer)
+    got = out["cross_attention"][:, layer].numpy()
+    want = full["encoder_decoder"][:, layer].numpy().mean(axis=1)
+    queries, keys = min(got.shape[1], bound.shape[1]), bound.shape[2]
+    rounding.assert_within(got[:, :queries, :keys], want[:, :queries, :keys],
+                           2 * bound[:, :queries])
 
 
 @pytest.mark.slow
@@ -354,6 +381,7 @@ def _reachable(functions, prefix):
   return seen
 
 
+@pytest.mark.numeric
 def test_export_translates_like_the_in_process_search(model_dir, exported):
   config, vocab = run_dir.load(str(model_dir))
   model = build_model(config)
@@ -367,10 +395,12 @@ def test_export_translates_like_the_in_process_search(model_dir, exported):
   out = loaded.signatures["serving_default"](text=tf.constant(texts))
   got = [t.decode() for t in out["translation"].numpy()]
   same = _same_but_near_ties(model, vocab, texts, expected, got, OFFSET)
-  # The export's graph and eager calls: two paths (float32_bounds).
-  np.testing.assert_allclose(np.asarray(out["score"])[same],
-                             scores.numpy()[same, 0], rtol=0,
-                             atol=sentence(ids.shape[-1]))
+  # The export's graph and eager calls: two paths, each within its float32
+  # bound (rounding.py).
+  bound = 2 * rounding.output_bounds(model, rounding.unpadded(_source_ids(
+      vocab, texts)), rounding.unpadded(ids[:, 0]))
+  rounding.assert_within(np.asarray(out["score"])[same],
+                         scores.numpy()[same, 0], bound[same])
 
 
 def _same_but_near_ties(model, vocab, texts, first, second, offset):
@@ -386,6 +416,7 @@ def _same_but_near_ties(model, vocab, texts, first, second, offset):
 
 
 @pytest.mark.slow
+@pytest.mark.numeric
 def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
                                                tmp_path):
   result = run_script("export.py", f"--model_dir={model_dir}",
@@ -406,10 +437,10 @@ def test_xla_export_is_compiled_only_when_asked(model_dir, exported,
     decoded = lambda out: [t.decode() for t in out["translation"].numpy()]
     same = _same_but_near_ties(model, vocab, batch, decoded(want),
                                decoded(got), OFFSET)
-    limit = _source_ids(vocab, batch).shape[1] + OFFSET
-    np.testing.assert_allclose(np.asarray(got["score"])[same],
-                               np.asarray(want["score"])[same], rtol=0,
-                               atol=sentence(limit))
+    _, sources, outputs = _searched(model_dir, plain, batch)
+    bound = 2 * rounding.output_bounds(model, sources, outputs)
+    rounding.assert_within(np.asarray(got["score"])[same],
+                           np.asarray(want["score"])[same], bound[same])
 
 
 def test_xla_export_refuses_decode_parts(model_dir, tmp_path):
@@ -525,6 +556,8 @@ def test_bfloat16_export_warns_only_where_the_cpu_lacks_bfloat16(
   assert export_lib.float32_note(str(tmp_path / "missing")) is None
 
 
+@pytest.mark.numeric
+@pytest.mark.bfloat16
 def test_bfloat16_export_translates_like_float32(trained_numbers_run,
                                                  trained_export,
                                                  exported_bfloat16):
@@ -544,18 +577,22 @@ def test_bfloat16_export_translates_like_float32(trained_numbers_run,
                                       out["translations"][:, 0].numpy()])
   full_ids, half_ids = ids(full), ids(half)
   source_ids = [s + [EOS_ID] for s in processor.encode(sources)]
-  half_model = with_dtype_policy(model, "bfloat16")
   decoding = model.config.decoding
+  # Two implementations: float32, and bfloat16's weights and activations
+  # (its softmaxes, layer norms and scores in float32), each within its
+  # bound (rounding.py).
+  precisions = (rounding.FLOAT32, rounding.Precision("bfloat16"))
   search_reference.assert_near_ties(
       model, source_ids, list(np.flatnonzero(~same)),
       alpha=decoding.length_penalty_alpha,
       max_length_offset=TRAINED_EXPORT["max_decode_length_offset"],
       why=lambda line: f"{full_ids[line]}, {half_ids[line]}",
-      epsilon=lambda line: search_reference.rounding_between(
-          model, half_model, source_ids[line],
-          [full_ids[line], half_ids[line]]))
-  gaps = np.abs(full["scores"][:, 0] - half["scores"][:, 0])[same]
-  assert gaps.max() < 0.5, gaps.max()
+      precisions=precisions)
+  outputs = [ids + [EOS_ID] for ids in full_ids]
+  bound = sum(rounding.output_bounds(model, source_ids, outputs, precision)
+              for precision in precisions)
+  rounding.assert_within(half["scores"][:, 0].numpy()[same],
+                         full["scores"][:, 0].numpy()[same], bound[same])
 
 
 def test_bfloat16_is_refused_for_ctranslate2(model_dir, tmp_path):

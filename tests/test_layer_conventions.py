@@ -27,9 +27,13 @@ import keras
 import numpy as np
 import pytest
 
+import rounding
 from tf_transformer import layers
 
-POLICIES = ["mixed_float16", "mixed_bfloat16", "bfloat16"]
+pytestmark = pytest.mark.numeric
+POLICIES = ["mixed_float16",
+            pytest.param("mixed_bfloat16", marks=pytest.mark.bfloat16),
+            pytest.param("bfloat16", marks=pytest.mark.bfloat16)]
 BATCH, LENGTH, MEMORY_LENGTH, D_MODEL = 2, 3, 5, 8
 
 
@@ -137,11 +141,24 @@ def test_config_and_serialization_round_trips(name):
   outputs = _call(layer, inputs)
   _call(revived, inputs)
   revived.set_weights(layer.get_weights())
-  keras.tree.map_structure(
-      lambda a, b: np.testing.assert_allclose(
-          keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b),
-          atol=1e-6),
-      _call(revived, inputs), outputs)
+  # The same computation twice: each within its float32 bound (rounding.py).
+  _assert_within_rounding(layer, inputs, _call(revived, inputs), outputs)
+
+
+def _flat(outputs):
+  """A layer's outputs as [batch, K] (flattened, concatenated)."""
+  return np.concatenate([
+      np.asarray(keras.ops.convert_to_numpy(t), np.float64).reshape(
+          len(keras.ops.convert_to_numpy(t)), -1)
+      for t in keras.tree.flatten(outputs)], 1)
+
+
+def _assert_within_rounding(layer, inputs, got, want):
+  """Two computations of `layer`'s call on `inputs`, each within its
+  float32 bound (rounding.py) of the exact outputs."""
+  _, bound = rounding.layer_bounds(layer, inputs)
+  rounding.assert_within(_flat(got), _flat(want), 2 * bound,
+                         type(layer).__name__)
 
 
 def _weight_shapes(layer):
@@ -232,14 +249,9 @@ def test_jit_compiled_call_and_fit_step(name):
   layer = cls(**kwargs)
   eager = _call(layer, inputs)
   compiled = _compiled_call(layer, inputs)
-  # Two paths (XLA's kernels, the backend's eager ones): 1e-5 of the
-  # outputs' magnitude and 1e-5 more, at least the share of it that
-  # float32_bounds.LOG_PROB allows logits.
-  keras.tree.map_structure(
-      lambda a, b: np.testing.assert_allclose(
-          keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b),
-          rtol=1e-5, atol=1e-5),
-      eager, compiled)
+  # Two paths (XLA's kernels, the backend's eager ones), each within its
+  # float32 bound (rounding.py).
+  _assert_within_rounding(layer, inputs, compiled, eager)
   if not layer.trainable_weights or name in NO_WEIGHTS_IN_CALL:
     return
   model = LayerModel(layer)
@@ -277,6 +289,25 @@ def test_own_dtype_policy(name, policy):
         keras.ops.cast(tensor, "float32"))))
 
 
+def _v0_1(run, model, ids, index):
+  """layers_v0_1.keras's graph, by the layers' references: embedding,
+  positions, the encoder over the padding mask, self-attention, its
+  residual sum, the feed-forward network."""
+  del index  # each row's ids are all it reads
+  by_class = {type(layer).__name__: layer for layer in model.layers}
+  real = ids != 0
+  x = rounding.layer_call(run, by_class["SharedEmbedding"], x=ids)
+  x = rounding.layer_call(run, by_class["SinusoidalPositionalEncoding"], x=x)
+  memory = rounding.layer_call(run, by_class["Encoder"], x=x,
+                               padding_mask=real)
+  attended = rounding.layer_call(run, by_class["MultiHeadAttention"],
+                                 query=memory,
+                                 attention_mask=real[:, None, None, :])
+  out = rounding.layer_call(run, by_class["PositionwiseFeedForward"],
+                            x=run.store(memory + attended))
+  return rounding.flat(out)
+
+
 def test_a_keras_file_saved_by_release_0_1_loads_and_computes_the_same():
   """tests/data/layers_v0_1.keras was saved by release 0.1.0, whose
   `MultiHeadAttention` and `PositionwiseFeedForward` configs held the
@@ -285,11 +316,12 @@ def test_a_keras_file_saved_by_release_0_1_loads_and_computes_the_same():
   data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
   model = keras.saving.load_model(os.path.join(data, "layers_v0_1.keras"))
   saved = np.load(os.path.join(data, "layers_v0_1.npz"))
-  # Computed then on another host's kernels: outputs of magnitude up to 1.8,
-  # so 1e-5 is 5.5e-6 of them, the share float32_bounds.LOG_PROB is of
-  # logits of 10 (measured apart by at most 1.8e-6 of that).
-  np.testing.assert_allclose(keras.ops.convert_to_numpy(
-      model(saved["inputs"])), saved["outputs"], atol=1e-5)
+  # Computed then on another host's kernels, and now: each within its
+  # float32 bound (rounding.py) of the exact outputs.
+  _, bound = rounding.custom_bounds(model, [saved["inputs"]], _v0_1,
+                                    size=saved["inputs"].shape[1] ** 2)
+  rounding.assert_within(_flat(model(saved["inputs"])),
+                         _flat(saved["outputs"]), 2 * bound)
   for layer in model.layers:
     assert not {"fused", "fused_attention", "pad_inner", "xla_attention"} & set(
         layer.get_config()), layer.name

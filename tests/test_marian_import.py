@@ -16,7 +16,8 @@ import torch
 import transformers
 
 from conftest import run_script
-from float32_bounds import log_prob_bound
+import rounding
+import search_reference
 from tf_transformer import special_ids
 from tf_transformer.decoding import search
 from tf_transformer.interop import marian
@@ -77,12 +78,9 @@ def test_log_probs_equal_transformers(tmp_path, activation, share):
   theirs_model = _save(str(tmp_path), activation, share)
   imported = marian.from_transformers(str(tmp_path))
   sources, targets = zip(*_pairs(50))
-  logits, theirs, ours, worst = _teacher_forced(theirs_model, imported,
-                                                sources, targets, PAD)
+  _, theirs, ours = _teacher_forced(theirs_model, imported, sources,
+                                    targets, PAD)
   assert np.isfinite(theirs).all() and np.isfinite(ours).all()
-  # Two engines' kernels: float32_bounds, relative to these random models'
-  # logits (magnitude about 5: a bound of about 5e-5).
-  assert worst < log_prob_bound(logits)
   assert bool(imported.notes) == (not share)
 
 
@@ -104,9 +102,25 @@ def _teacher_forced(theirs_model, imported, sources, targets, pad):
       padded([ours_id[s] for s in sources], special_ids.PAD_ID),
       padded([np.concatenate([[special_ids.BOS_ID], ours_id[t[:-1]]])
               for t in targets], special_ids.PAD_ID))))
-  worst = max(np.abs(ours[row, :len(t)][:, ours_id] - theirs[row, :len(t)])
-              .max() for row, t in enumerate(targets))
-  return logits.numpy(), theirs, ours, worst
+  _assert_within_rounding(imported.model, [ours_id[s] for s in sources],
+                          [ours_id[t] for t in targets], ours, theirs,
+                          ours_id)
+  return logits.numpy(), theirs, ours
+
+
+def _assert_within_rounding(model, sources, targets, ours, theirs, order):
+  """Our log-probabilities `ours` [rows, T, vocab] of each real target
+  position (our ids `sources`, `targets`) and Transformers' `theirs` (in
+  the published order: ours[..., order]): two engines, each within its
+  float32 bound (rounding.py) of the exact values."""
+  cells = [(row, t) for row, target in enumerate(targets)
+           for t in range(len(target))]
+  _, bound = rounding.vocabulary_log_prob_bounds(
+      model, [list(sources[row]) for row, _ in cells],
+      [list(targets[row][:t]) for row, t in cells])
+  rounding.assert_within(np.stack([ours[r, t][order] for r, t in cells]),
+                         np.stack([theirs[r, t] for r, t in cells]),
+                         2 * bound[:, order])
 
 
 def _generate(model, source, **kwargs):
@@ -137,16 +151,36 @@ def test_greedy_and_beam_equal_transformers(tmp_path):
   theirs_model = _save(str(tmp_path))
   imported = marian.from_transformers(str(tmp_path))
   sources = [source for source, _ in _pairs(40, seed=1)]
+  """Two engines of one model: each returns what a reference search by its
+  own rules returns (tests/search_reference.py: ours, or Transformers'
+  beam search with early_stopping=True), but where that search met a
+  decision within float32 rounding; where the two differ, their rules do
+  too, or such a decision was met."""
   greedy = _ours(imported, sources, method="greedy")
   beam = _ours(imported, sources, beam_size=4, length_penalty_alpha=0.0)
-  greedy_same = beam_same = 0
-  for source, ours_greedy, ours_beam in zip(sources, greedy, beam):
-    greedy_same += _generate(theirs_model, source, num_beams=1) == ours_greedy
-    beam_same += _generate(theirs_model, source, num_beams=4,
-                           length_penalty=0.0,
-                           early_stopping=True) == ours_beam
-  assert greedy_same == len(sources)
-  assert beam_same >= 0.95 * len(sources)
+  ours_id = np.argsort(imported.order)
+  model = imported.model
+  ids = [list(ours_id[s]) for s in sources]
+  our_ids = lambda outputs: [[int(ours_id[t]) for t in o if t != EOS]
+                             for o in outputs]
+  for beam_size, mine, kwargs in ((1, greedy, dict(num_beams=1)),
+                                  (4, beam, dict(num_beams=4,
+                                                 length_penalty=0.0,
+                                                 early_stopping=True))):
+    theirs = [_generate(theirs_model, s, **kwargs) for s in sources]
+    references = {rules: search_reference.search(
+        model, ids, rules, beam_size, 0.0, 10)
+                  for rules in ("ours", "transformers")}
+    tie = lambda line, rules: search_reference.near_tie(
+        model, ids[line], references[rules][line])
+    for line, (a, b) in enumerate(zip(our_ids(mine), our_ids(theirs))):
+      for got, rules in ((a, "ours"), (b, "transformers")):
+        assert tuple(got) == references[rules][line].tokens or tie(
+            line, rules), (beam_size, line, rules)
+      if a != b:
+        assert (references["ours"][line].tokens
+                != references["transformers"][line].tokens
+                or tie(line, "ours") or tie(line, "transformers")), line
 
 
 def test_output_piece_at_bos_id_is_generated(tmp_path):
@@ -193,7 +227,8 @@ def test_a_deep_encoder_and_shallow_decoder_import_and_export_back(
     tmp_path):
   """A 6-2 MarianMTModel (as OPUS-MT's tiny students are): each stack
   imports at its own depth, every token's log-probabilities equal
-  Transformers' (float32_bounds), and the export writes the depths back."""
+  Transformers' (within both's float32 bounds, rounding.py), and the
+  export writes the depths back."""
   published = tmp_path / "published"
   published.mkdir()
   theirs_model, vocab = _save_with_tokenizer(str(published), encoder_layers=6,
@@ -209,9 +244,7 @@ def test_a_deep_encoder_and_shallow_decoder_import_and_export_back(
       (np.append(rng.integers(2, pad, rng.integers(2, 12)), EOS),
        np.append(rng.integers(1, pad, rng.integers(1, 12)), EOS))
       for _ in range(20)))
-  logits, _, _, worst = _teacher_forced(theirs_model, imported, sources,
-                                        targets, pad)
-  assert worst < log_prob_bound(logits)
+  _teacher_forced(theirs_model, imported, sources, targets, pad)
   # Imported as a run and exported back: the depths, and the weights bit
   # for bit.
   from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
@@ -345,14 +378,24 @@ def test_imported_run_translates_text_as_transformers(tmp_path):
   assert not {op for op in ops if op not in defined and
               op_def_registry.get(op) is None}
   assert not ops & {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
-  for text, translation in zip(texts, ours):
+  from tf_transformer.run import loading  # pylint: disable=g-import-not-at-top
+  model, vocabulary, _ = loading.trained(str(run), None, method="greedy")
+  source_ids = [row + [special_ids.EOS_ID] for row in vocabulary.processor(
+      "source").encode(texts)]
+  apart = []
+  for line, (text, translation) in enumerate(zip(texts, ours)):
     encoded = tokenizer([text], return_tensors="pt")
     with torch.no_grad():
       out = theirs_model.generate(
           **encoded, do_sample=False, num_beams=1,
           bad_words_ids=[[vocab["<pad>"]]], forced_eos_token_id=None,
           max_new_tokens=encoded["input_ids"].shape[1] + 8)
-    assert translation == tokenizer.decode(out[0], skip_special_tokens=True)
+    if translation != tokenizer.decode(out[0], skip_special_tokens=True):
+      apart.append(line)
+  # Two engines: apart only where greedy decoding met a decision within
+  # their float32 rounding (tests/search_reference.py).
+  search_reference.assert_near_ties(model, source_ids, apart, beam_size=1,
+                                    max_length_offset=8)
   # Scored targets are cut by the target language's SentencePiece model.
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   target_spm = spm.SentencePieceProcessor(
@@ -369,9 +412,13 @@ def test_imported_run_translates_text_as_transformers(tmp_path):
   ct2 = CT2Decoder(Runner(str(run)).export(
       str(tmp_path / "ct2"), format="ctranslate2", method="greedy",
       max_decode_length_offset=8))
-  np.testing.assert_allclose(
+  # Two engines, each within its float32 bound (rounding.py).
+  target_ids = [row + [special_ids.EOS_ID] for row in vocabulary.processor(
+      "target").encode(targets)]
+  _, bound = rounding.token_bounds(model, source_ids[:2], target_ids)
+  rounding.assert_within(
       [sum(t) for t in ct2.token_log_probs(texts[:2], targets)],
-      scored["log_prob"].numpy(), atol=1e-4)
+      scored["log_prob"].numpy(), 2 * bound[:, -1])
 
 
 def test_tokens_equal_marian_tokenizer_with_language_codes(tmp_path):
@@ -420,8 +467,9 @@ def test_pytorch_weights_only_with_torch(tmp_path, monkeypatch):
   ours = _log_softmax(from_bin.model((
       ours_id[source][None],
       np.concatenate([[special_ids.BOS_ID], ours_id[target[:-1]]])[None])))
-  assert np.abs(ours[0][:, ours_id] - torch.log_softmax(logits, -1)[0]
-                .numpy()).max() < log_prob_bound(logits.numpy())
+  _assert_within_rounding(from_bin.model, [ours_id[source]],
+                          [ours_id[target]], ours,
+                          torch.log_softmax(logits, -1).numpy(), ours_id)
   monkeypatch.setitem(__import__("sys").modules, "torch", None)
   with pytest.raises(ValueError) as error:
     marian.from_transformers(str(tmp_path))

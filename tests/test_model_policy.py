@@ -17,6 +17,7 @@ from tf_transformer.decoding.search import DecodingOptions, decode
 from tf_transformer.run import run_dir
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.training.loss import LabelSmoothedCrossEntropy
+import rounding
 import search_reference
 from training_helpers import copy_task, token_log_probs
 
@@ -27,8 +28,9 @@ def _model(policy, overrides="vocab_size=20,num_layers=1"):
   return build_model(get_config("tiny", overrides), policy)
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16",
-                                    "bfloat16"])
+@pytest.mark.parametrize("policy", [
+    pytest.param("mixed_bfloat16", marks=pytest.mark.bfloat16),
+    "mixed_float16", pytest.param("bfloat16", marks=pytest.mark.bfloat16)])
 def test_policy_reaches_every_layer_and_logits_are_float32(policy):
   model = _model(policy, "vocab_size=20,norm_position=pre,"
                  "positional_encoding=learned,share_embeddings=False")
@@ -43,12 +45,16 @@ def test_policy_reaches_every_layer_and_logits_are_float32(policy):
   assert model((source, target_in)).dtype == tf.float32
 
 
+@pytest.mark.bfloat16
 def test_mixed_bfloat16_model_trains_under_model_fit_and_saves(tmp_path):
   model = _model("mixed_bfloat16")
   model.compile(optimizer=keras.optimizers.Adam(3e-3),
                 loss=LabelSmoothedCrossEntropy(0.1))
   losses = model.fit(copy_task(), epochs=6, verbose=0).history["loss"]
-  assert losses[-1] < 0.7 * losses[0], losses
+  # A coarse property of training: over seeds 0-7 the last epoch's loss
+  # was 0.62-0.70 of the first's on AVX512_BF16's kernels and Eigen's (AMD
+  # Zen 4), so the bar is 0.8.
+  assert losses[-1] < 0.8 * losses[0], losses
   path = str(tmp_path / "bf16.keras")
   model.save(path)
   loaded = keras.models.load_model(path, safe_mode=True)
@@ -59,33 +65,39 @@ def test_mixed_bfloat16_model_trains_under_model_fit_and_saves(tmp_path):
   np.testing.assert_array_equal(loaded(batch), model(batch))
 
 
-def _token_log_probs(model, processor):
-  return np.concatenate(token_log_probs(model, processor, SOURCES,
-                                        REFERENCES))
+POLICIES = ["mixed_float16",
+            pytest.param("mixed_bfloat16", marks=pytest.mark.bfloat16)]
 
 
-# Half precision's rounding, measured on the trained fixture (548 tokens):
-# bfloat16 keeps 8 significant bits, so logits of magnitude ~10 round by
-# 0.02-0.04 and a token's log-probability moves by 0.006 on average, 0.21 at
-# most; float16 keeps 11 bits, 0.0007 and 0.011. On 9 numbers models
-# (seeds 0-2, 200-400 steps, an AVX2 host) bfloat16's were 0.0074-0.0115
-# and 0.13-0.28. The bounds leave a margin of 1.7 or more over those.
-TOLERANCES = {"mixed_bfloat16": (0.02, 0.5), "mixed_float16": (0.002, 0.03)}
-
-
-@pytest.mark.parametrize("policy", TOLERANCES)
+@pytest.mark.numeric
+@pytest.mark.parametrize("policy", POLICIES)
 def test_half_precision_copy_gives_the_float32_log_probabilities(
     trained_numbers_run, policy):
+  """Each token's log-probability, from the float32 model and from its
+  half-precision copy, within each one's rounding bound of the exact value
+  (rounding.py: float32, or the half dtype's weights and activations with
+  float32 softmaxes and layer norms)."""
   model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
-  full = _token_log_probs(model, processor)
-  half = _token_log_probs(with_dtype_policy(model, policy), processor)
-  gaps = np.abs(full - half)
-  mean_bound, max_bound = TOLERANCES[policy]
-  assert gaps.mean() < mean_bound and gaps.max() < max_bound, (
-      gaps.mean(), gaps.max())
+  full = token_log_probs(model, processor, SOURCES, REFERENCES)
+  half = token_log_probs(with_dtype_policy(model, policy), processor,
+                         SOURCES, REFERENCES)
+  encode = lambda texts: [ids + [EOS_ID] for ids in processor.encode(
+      list(texts))]
+  sources, targets = encode(SOURCES), encode(REFERENCES)
+  _, full_bound = rounding.token_bounds(model, sources, targets)
+  _, half_bound = rounding.token_bounds(
+      model, sources, targets, rounding.Precision(policy.split("_")[1]))
+  for row, (a, b) in enumerate(zip(full, half)):
+    n = len(a)
+    rounding.assert_within(b, a, full_bound[row, :n] + half_bound[row, :n],
+                           f"{policy}, line {row}")
+    rounding.assert_within(b.sum(), a.sum(),
+                           full_bound[row, -1] + half_bound[row, -1])
 
 
+@pytest.mark.numeric
+@pytest.mark.bfloat16
 def test_bfloat16_copy_searches_in_float32(trained_numbers_run):
   model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
   processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
@@ -95,20 +107,22 @@ def test_bfloat16_copy_searches_in_float32(trained_numbers_run):
   half_ids, half_scores = decode(with_dtype_policy(model, "mixed_bfloat16"),
                                  source, DecodingOptions())
   assert half_scores.dtype == tf.float32
-  # Apart only where bfloat16's rounding, as measured along the line's two
-  # outputs, can tip a decision of the search.
+  # Apart only where a decision of the search lies within both models'
+  # rounding (float32's, and bfloat16's weights and activations).
+  precisions = (rounding.FLOAT32, rounding.Precision("bfloat16"))
   sources = [_strip(row) for row in source.numpy()]
   best = lambda ids: [_strip(row[0], EOS_ID) for row in ids.numpy()]
   full, half = best(ids), best(half_ids)
   apart = [line for line, (a, b) in enumerate(zip(full, half)) if a != b]
-  half_model = with_dtype_policy(model, "mixed_bfloat16")
   search_reference.assert_near_ties(
       model, sources, apart, why=lambda line: f"{full[line]}, {half[line]}",
-      epsilon=lambda line: search_reference.rounding_between(
-          model, half_model, sources[line], [full[line], half[line]]))
+      precisions=precisions)
   same = [line not in apart for line in range(len(full))]
-  gaps = np.abs(scores.numpy()[:, 0] - half_scores.numpy()[:, 0])[same]
-  assert gaps.max() < TOLERANCES["mixed_bfloat16"][1], gaps.max()
+  outputs = [_strip(row[0]) for row in ids.numpy()]
+  bound = sum(rounding.output_bounds(model, sources, outputs, precision)
+              for precision in precisions)
+  rounding.assert_within(half_scores.numpy()[:, 0][same],
+                         scores.numpy()[:, 0][same], bound[same])
 
 
 def _strip(ids, *also):

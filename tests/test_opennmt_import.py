@@ -15,6 +15,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_script
+import rounding
+import search_reference
 from tf_transformer.data import sequences
 from tf_transformer.decoding import scoring
 from tf_transformer.run import import_run
@@ -29,10 +31,7 @@ CORPUS = os.path.join(DATA, "corpus")
 VOCABULARY = os.path.join(CORPUS, "onmt.vocab")
 SENTENCEPIECE = os.path.join(CORPUS, "sp.model")
 ACTIVATION = {"shared": "relu", "three": "gelu_tanh"}
-# Two float32 engines summing in different orders: log-softmax values are
-# differences of logits of magnitude ~10, each rounded to ~1e-6 after a
-# few dozen multiply-adds; the bar's 1e-4 leaves a wide margin.
-LOG_PROB_BOUND = 1e-4
+pytestmark = pytest.mark.numeric
 # make_reference.py's `maximum_decoding_length`: OpenNMT-tf stops a greedy
 # output there without </s>.
 ONMT_MAX_LENGTH = 30
@@ -60,12 +59,31 @@ def _text(pieces):
   return "".join(pieces.split()).replace("\u2581", " ").strip()
 
 
-def _same_greedy(ours, theirs):
-  """Our greedy pieces against OpenNMT-tf's, which stop at its length
-  limit."""
-  if len(theirs) == ONMT_MAX_LENGTH:
-    return ours[:ONMT_MAX_LENGTH] == theirs
-  return ours == theirs
+def _bounds(model, vocabulary, sources, targets):
+  """`rounding.token_bounds` of the pairs (texts) as the imported model
+  reads them: sources without EOS (OpenNMT-tf's), targets with it."""
+  processor = vocabulary.make_tokenizer()
+  ids = lambda texts, eos: [list(processor.tokenize(t).numpy()) + (
+      [3] if eos else []) for t in texts]
+  return rounding.token_bounds(model, ids(sources, False),
+                               ids(targets, True))
+
+
+def _assert_same_greedy(model, vocabulary, sources, ours, theirs):
+  """Our greedy pieces against OpenNMT-tf's (which stop at its length
+  limit, ONMT_MAX_LENGTH): two engines, apart only where greedy decoding
+  met a decision within both's float32 rounding
+  (tests/search_reference.py)."""
+  processor = vocabulary.make_tokenizer()
+  index = {piece: i for i, piece in enumerate(vocabulary.piece_list)}
+  to_ids = lambda pieces: [index[p] for p in pieces]
+  cut = [o[:ONMT_MAX_LENGTH] if len(t) == ONMT_MAX_LENGTH else o
+         for o, t in zip(ours, theirs)]
+  source_ids = [list(processor.tokenize(t).numpy()) for t in sources]
+  search_reference.lines_apart(
+      model, source_ids, [[to_ids(o)] for o in cut],
+      [[to_ids(t)] for t in theirs], beam_size=1,
+      max_length_offset=model.config.decoding.max_decode_length_offset)
 
 
 @pytest.mark.parametrize("name", ["shared", "three"])
@@ -87,19 +105,21 @@ def test_log_probs_and_greedy_equal_opennmt(tmp_path, name):
   scored = scoring.score_texts(model, tokenizer, tf.constant(sources),
                                tf.constant(targets), 256, 256,
                                tokenizer.target)
+  # Two float32 engines (ours, OpenNMT-tf's on its host), each within its
+  # bound (rounding.py).
+  _, bound = _bounds(model, vocabulary, sources, targets)
   for row, theirs in enumerate(reference["scores"]):
     length = int(scored["lengths"][row])
     assert length == len(theirs["target_pieces"]) + 1
-    np.testing.assert_allclose(
-        scored["token_log_probs"][row][:length], theirs["token_log_probs"],
-        atol=LOG_PROB_BOUND)
+    rounding.assert_within(scored["token_log_probs"][row][:length],
+                           theirs["token_log_probs"], 2 * bound[row, :length])
   ids = sequences.source_ids(tokenizer, tf.constant(sources),
                              eos=False).to_tensor()
   best = evaluator.best_ids_fn(model, options)(ids).numpy()
   pieces = vocabulary.piece_list
-  for row, theirs in zip(best, reference["greedy"]):
-    ours = [pieces[i] for i in row if i not in (0, 3)]
-    assert _same_greedy(ours, theirs.split())
+  ours = [[pieces[i] for i in row if i not in (0, 3)] for row in best]
+  _assert_same_greedy(model, vocabulary, sources, ours,
+                      [t.split() for t in reference["greedy"]])
 
 
 def _all_ops(path):
@@ -131,16 +151,20 @@ def test_command_imports_a_run_that_exports(tmp_path):
   assert set(loaded.signatures) >= {"serving_default", "score", "nbest"}
   translations = [t.decode() for t in loaded.signatures["serving_default"](
       text=tf.constant(sources))["translation"].numpy()]
-  for ours, theirs in zip(translations, reference["greedy"]):
-    if len(theirs.split()) == ONMT_MAX_LENGTH:
-      assert ours.startswith(_text(theirs))
-    else:
-      assert ours == _text(theirs)
+  model, vocabulary, _ = loading.trained(str(run), None, method="greedy")
+  processor = vocabulary.make_tokenizer()
+  pieces = lambda text: [p.decode() for p in processor.id_to_string(
+      processor.tokenize(text)).numpy()]
+  _assert_same_greedy(model, vocabulary, sources,
+                      [pieces(t) for t in translations],
+                      [t.split() for t in reference["greedy"]])
   scored = loaded.signatures["score"](source=tf.constant(sources),
                                       target=tf.constant(targets))
   expected = [s["log_prob"] for s in reference["scores"]]
-  np.testing.assert_allclose(scored["log_prob"].numpy(), expected,
-                             atol=LOG_PROB_BOUND * 12)
+  # Two engines, each within its float32 bound (rounding.py).
+  _, bound = _bounds(model, vocabulary, sources, targets)
+  rounding.assert_within(scored["log_prob"].numpy(), expected,
+                         2 * bound[:, -1])
   ops, functions = _all_ops(export)
   defined = {f.signature.name for f in functions}
   assert not {op for op in ops if op not in defined and
@@ -150,11 +174,13 @@ def test_command_imports_a_run_that_exports(tmp_path):
   # no source EOS, scored and translated alike.
   ct2 = CT2Decoder(runner.export(str(tmp_path / "ct2"), format="ctranslate2",
                                  method="greedy"))
-  for ours, theirs in zip(ct2.token_log_probs(sources, targets),
-                          reference["scores"]):
-    np.testing.assert_allclose(ours, theirs["token_log_probs"],
-                               atol=LOG_PROB_BOUND)
-  assert [n[0].decode() for n in ct2.nbest(sources)[0]] == translations
+  for row, (ours, theirs) in enumerate(zip(
+      ct2.token_log_probs(sources, targets), reference["scores"])):
+    rounding.assert_within(ours, theirs["token_log_probs"],
+                           2 * bound[row, :len(ours)])
+  _assert_same_greedy(model, vocabulary, sources,
+                      [pieces(n[0].decode()) for n in ct2.nbest(sources)[0]],
+                      [pieces(t) for t in translations])
   # Transformers' Marian cannot hold it: refused in one line.
   with pytest.raises(ValueError, match="norm_position='pre'"):
     runner.export(str(tmp_path / "hf"), format="transformers")
@@ -181,8 +207,17 @@ def test_fine_tunes_averages_and_scores(tmp_path):
   assert [e["step"] for e in evaluations] == [0, 6]
   token_log_probs = [p for s in reference["scores"]
                      for p in s["token_log_probs"]]
+  model, vocabulary, _ = loading.trained(str(run), None)
+  sources, targets = _lines("test.src"), _lines("test.tgt")
+  _, bound = _bounds(model, vocabulary, sources, targets)
+  # The mean of the tokens' negative log-probabilities: each engine's
+  # within its bound (rounding.py), their means (and the mean's own
+  # roundings, within n u of it) within the bounds' mean.
+  tokens = [b for row, s in zip(bound, reference["scores"])
+            for b in row[:len(s["token_log_probs"])]]
+  mean = -np.mean(token_log_probs)
   assert evaluations[0]["metrics"]["nll"] == pytest.approx(
-      -np.mean(token_log_probs), rel=1e-4)
+      mean, abs=2 * np.mean(tokens) + 2 * len(tokens) * rounding.U32 * mean)
   averaged = tmp_path / "averaged"
   result = run_script("average_checkpoints.py", f"--model_dir={tuned}",
                       "--num_checkpoints=2", f"--output_dir={averaged}")
@@ -195,8 +230,8 @@ def test_fine_tunes_averages_and_scores(tmp_path):
     scores = [float(line.split("\t")[0])
               for line in result.stdout.splitlines()]
     assert len(scores) == len(reference["scores"])
-    if expected is not None:
-      np.testing.assert_allclose(scores, expected, atol=LOG_PROB_BOUND * 12)
+    if expected is not None:  # printed to 4 decimals; two engines
+      rounding.assert_within(scores, expected, 5e-5 + 2 * bound[:, -1])
 
 
 def test_the_opennmt_sinusoids():
@@ -206,9 +241,14 @@ def test_the_opennmt_sinusoids():
   d_model, positions = 8, np.arange(5)
   angles = (positions[:, None] + 1) * np.exp(
       np.arange(4) * -np.log(10000.0) / 3)
-  np.testing.assert_allclose(
+  # float32 against float64: the frequency (an exponential, FUNCTION
+  # roundings), the angle (one more), the sine (FUNCTION more and its
+  # rounding).
+  rounding.assert_within(
       sinusoid_table(positions, d_model, kind="sinusoidal_opennmt"),
-      np.concatenate([np.sin(angles), np.cos(angles)], -1), atol=1e-6)
+      np.concatenate([np.sin(angles), np.cos(angles)], -1),
+      ((rounding.FUNCTION + 2) * np.concatenate([angles, angles], -1)
+       + rounding.FUNCTION + 1) * rounding.U32)
 
 
 def _rewrite(prefix, out, drop=(), add=None, rename=("", "")):

@@ -9,7 +9,11 @@ import os
 
 import numpy as np
 import pytest
+
+import rounding
 import tensorflow as tf
+
+pytestmark = pytest.mark.numeric
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                     "opennmt")
@@ -52,8 +56,10 @@ def test_the_reference_reads_with_tensorflow_alone(name):
   for pair in reference["scores"]:
     # the target's pieces, then </s>
     assert len(pair["token_log_probs"]) == len(pair["target_pieces"]) + 1
+    # OpenNMT-tf's float32 sum of its float32 values, and this float64 one:
+    # within (n - 1) u of their magnitudes' sum each (rounding.sum_bound).
     assert np.sum(pair["token_log_probs"]) == pytest.approx(
-        pair["log_prob"], abs=1e-5)
+        pair["log_prob"], abs=rounding.sum_bound(pair["token_log_probs"]))
     assert all(p <= 0 for p in pair["token_log_probs"])
   with open(os.path.join(DATA, "corpus", "test.src.pieces"),
             encoding="utf-8") as f:

@@ -16,8 +16,10 @@ from tf_transformer.run import run_dir
 from tf_transformer.translators.scorer import Scorer
 from tf_transformer.special_ids import BOS_ID, EOS_ID
 from conftest import TRAINED_EXPORT, load_saved_model, run_script
-from float32_bounds import ATTENTION, LOG_PROB, SUM_RTOL, sentence
+import rounding
 from training_helpers import token_log_probs
+
+pytestmark = pytest.mark.numeric
 
 # conftest.trained_export's: above the longest source here (18 subwords), so
 # that nothing is cut but the long requests.
@@ -55,20 +57,25 @@ def test_equals_the_models_teacher_forced_log_probs(trained_numbers_run,
   sources = SOURCES + SOURCES
   out = score(sources, targets)
   expected = token_log_probs(model, processor, sources, targets)
+  # Two paths (the export's graph, the Keras model's eager calls), each
+  # within its float32 rounding bound of the exact values (rounding.py).
+  exact, bound = rounding.token_bounds(
+      model, [processor.encode(s) + [EOS_ID] for s in sources],
+      [processor.encode(t) + [EOS_ID] for t in targets])
   for row, want in enumerate(expected):
     length = out["lengths"][row]
     assert length == len(want)  # subwords + EOS
     got = out["token_log_probs"][row, :length]
-    # Two paths (the export's graph, the Keras model's eager calls), whose
-    # kernels sum in other orders by CPU: float32_bounds.LOG_PROB.
-    np.testing.assert_allclose(got, want, rtol=0, atol=LOG_PROB)
-    # The bound tells a position off by one apart (by 800x on Zen 4).
-    assert np.abs(got[1:] - want[:-1]).max() > 10 * LOG_PROB
+    rounding.assert_within(got, exact[row, :length], bound[row, :length])
+    rounding.assert_within(want, exact[row, :length], bound[row, :length])
+    # The bound tells a position off by one apart.
+    assert np.all(np.abs(got[1:] - exact[row, :length - 1])
+                  > 2 * bound[row, :length - 1])
     assert np.all(out["token_log_probs"][row, length:] == 0)
+  rounding.assert_within(out["log_prob"], exact[:, -1], bound[:, -1])
   # The same numbers summed in another order.
-  np.testing.assert_allclose(out["log_prob"],
-                             out["token_log_probs"].sum(axis=1),
-                             rtol=SUM_RTOL, atol=0)
+  rounding.assert_within(out["log_prob"], out["token_log_probs"].sum(axis=1),
+                         rounding.sum_bound(out["token_log_probs"]))
   right, wrong = np.split(out["log_prob"], 2)
   # The trained model knows its task: its references are far likelier than
   # another pair's (by 24.6-31.3 nats on average on 9 numbers models, where
@@ -115,10 +122,16 @@ def test_forced_alignment_is_the_teacher_forced_attention_of_the_target(
   out = {k: v.numpy() for k, v in signature(
       source=tf.constant(sources), target=tf.constant(targets)).items()}
   scored = score(sources, targets)
-  # One teacher-forced function in both signatures: equal on every kernel
-  # family measured (float32_bounds), so within float32 rounding at most.
-  for key in ("log_prob", "token_log_probs", "lengths"):
-    np.testing.assert_allclose(out[key], scored[key], rtol=0, atol=1e-5)
+  source_ids = [processor.encode(s) + [EOS_ID] for s in sources]
+  target_ids = [processor.encode(t) + [EOS_ID] for t in targets]
+  _, bound = rounding.token_bounds(model, source_ids, target_ids)
+  # One teacher-forced function in both signatures, each within the float32
+  # bound of the exact values.
+  np.testing.assert_array_equal(out["lengths"], scored["lengths"])
+  rounding.assert_within(out["log_prob"], scored["log_prob"],
+                         2 * bound[:, -1])
+  rounding.assert_within(out["token_log_probs"], scored["token_log_probs"],
+                         2 * bound[:, :-1])
   layers = model.config.model.num_layers
   assert out["cross_attention"].shape[:2] == (12, layers)
   pairs = alignment.from_attention(out, layer=1)
@@ -126,28 +139,38 @@ def test_forced_alignment_is_the_teacher_forced_attention_of_the_target(
   from_scorer = Scorer.from_export(exported, True, 1).score(sources, targets)
   assert [p for _, _, p in from_scorer] == pairs
   # Its batches are not the signature's: other shapes, other kernels.
-  np.testing.assert_allclose([t for t, _, _ in from_scorer],
-                             scored["log_prob"], rtol=0,
-                             atol=sentence(max(scored["lengths"])))
+  rounding.assert_within([t for t, _, _ in from_scorer], scored["log_prob"],
+                         2 * bound[:, -1])
+  pieces = [ids[:-1] for ids in target_ids]
+  attention = [rounding.attention_bounds(model, source_ids, pieces,
+                                         layer=layer)
+               for layer in range(layers)]
   near_ties = 0
   for row, (source, target) in enumerate(zip(sources, targets)):
-    source_ids = processor.encode(source) + [EOS_ID]
-    target_ids = processor.encode(target)
+    source_length, target_length = len(source_ids[row]), len(pieces[row])
     assert [t.decode() for t in out["target_tokens"][row] if t] == [
-        processor.id_to_piece(i) for i in target_ids] + ["</s>"]
+        processor.id_to_piece(i) for i in pieces[row]] + ["</s>"]
     weights = model.attention_weights(
-        tf.constant([source_ids]), tf.constant([[BOS_ID] + target_ids]))
-    for layer in range(layers):
+        tf.constant([source_ids[row]]),
+        tf.constant([[BOS_ID] + pieces[row]]))
+    for layer, (exact, bound) in enumerate(attention):
       want = weights["encoder_decoder"][layer][0].numpy().mean(axis=0)
       got = out["cross_attention"][row, layer]
-      np.testing.assert_allclose(
-          got[:len(target_ids) + 1, :len(source_ids)], want, rtol=0,
-          atol=ATTENTION)
-      assert np.all(got[len(target_ids) + 1:] == 0)  # padding rows
-    first = out["cross_attention"][row, 0][:len(target_ids), :len(
-        source_ids) - 1]
-    top_two = np.sort(first, axis=1)[:, -2:]
-    if np.any(top_two[:, 1] - top_two[:, 0] < 2 * ATTENTION):
+      cut = lambda a: a[:target_length + 1, :source_length]
+      rounding.assert_within(cut(got), cut(exact[row]), cut(bound[row]))
+      rounding.assert_within(want, cut(exact[row]), cut(bound[row]))
+      assert np.all(got[target_length + 1:] == 0)  # padding rows
+    # An argmax of two paths' weights may differ only where the two most
+    # attended pieces lie within both paths' bounds of each other: the
+    # Keras model's gap within 4 bounds (its own two, the export's two).
+    exact, bound = (a[row][:target_length, :source_length - 1]
+                    for a in attention[0])
+    first = out["cross_attention"][row, 0][:target_length,
+                                           :source_length - 1]
+    order = np.argsort(first, axis=1)[:, -2:]
+    top_two = np.take_along_axis(first, order, 1)
+    if np.any(top_two[:, 1] - top_two[:, 0] <= 4 * np.take_along_axis(
+        bound, order, 1).max(1)):
       near_ties += 1
       continue
     want_pairs = alignment.hard_alignment(
@@ -191,15 +214,23 @@ def test_bin_score_gives_the_same_for_the_export_and_the_run(
                           "--alignment", "--buffer_lines=3")
   want = score(SOURCES[:6], REFERENCES[:6])
   assert len(from_export) == len(from_run) == 6
-  # Printed to 4 decimals (5e-5), by batches of other shapes (other kernels).
-  bound = lambda row: 5e-5 + sentence(want["lengths"][row])
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  _, sentences = rounding.token_bounds(
+      model, [processor.encode(s) + [EOS_ID] for s in SOURCES[:6]],
+      [processor.encode(t) + [EOS_ID] for t in REFERENCES[:6]])
+  # Printed to 4 decimals (each within 5e-5), by batches of other shapes:
+  # two paths, each within its float32 bound.
+  bound = lambda row: 5e-5 + 2 * sentences[row, -1]
   for row, (fields, run_fields) in enumerate(zip(from_export, from_run)):
     assert float(fields[0]) == pytest.approx(want["log_prob"][row],
                                              abs=bound(row))
     assert int(fields[1]) == want["lengths"][row]
     values = [float(v) for v in fields[2].split()]
     assert len(values) == int(fields[1])
-    assert sum(values) == pytest.approx(float(fields[0]), abs=1e-3)
+    # Each value and the total printed to 4 decimals.
+    assert sum(values) == pytest.approx(
+        float(fields[0]), abs=(len(values) + 1) * 5e-5)
     assert len(run_fields) == 3
     assert float(run_fields[0]) == pytest.approx(float(fields[0]),
                                                  abs=5e-5 + bound(row))
@@ -260,17 +291,24 @@ def test_length_batches_hold_their_budget_and_results_keep_input_order():
   assert batches[0] == [("a b c", "x"), ("a", "x y z w")]
 
 
-def test_length_batches_score_as_file_order(exported):
+def test_length_batches_score_as_file_order(trained_numbers_run, exported):
   """The export's scores do not depend on the batching (but for float32
   rounding); its own tokenizer counts the lengths."""
   scorer = Scorer.from_export(exported)
   by_length = scorer.score(SOURCES, REFERENCES, batch_tokens=40)
   in_order = scorer.score(SOURCES, REFERENCES, batch_size=5)
-  for (total, tokens), (want_total, want_tokens) in zip(by_length, in_order):
+  model, vocab = run_dir.load_trained_model(str(trained_numbers_run))
+  processor = spm.SentencePieceProcessor(model_proto=vocab.model_proto)
+  _, bound = rounding.token_bounds(
+      model, [processor.encode(s) + [EOS_ID] for s in SOURCES],
+      [processor.encode(t) + [EOS_ID] for t in REFERENCES])
+  for row, ((total, tokens), (want_total, want_tokens)) in enumerate(
+      zip(by_length, in_order)):
     assert len(tokens) == len(want_tokens)
-    # Other batch shapes, other kernels (float32_bounds).
-    np.testing.assert_allclose(tokens, want_tokens, rtol=0, atol=LOG_PROB)
-    assert total == pytest.approx(want_total, abs=sentence(len(tokens)))
+    # Other batch shapes, other kernels: each within its float32 bound.
+    rounding.assert_within(tokens, want_tokens,
+                           2 * bound[row, :len(tokens)])
+    rounding.assert_within(total, want_total, 2 * bound[row, -1])
 
 
 @pytest.mark.slow

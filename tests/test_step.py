@@ -18,13 +18,12 @@ from tf_transformer.decoding.cache import BLOCK_LENGTH
 from tf_transformer.decoding.ensemble import Ensemble
 from tf_transformer.decoding.step import Step
 from tf_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
-from float32_bounds import LOG_PROB, sentence
+import rounding
 
 SOURCE = tf.constant([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]])
 STEPS = BLOCK_LENGTH + 3  # two blocks
-# float32: two paths' logits (float32_bounds); bfloat16 keeps 8
-# significant bits of logits of magnitude about 1 in these models.
-TOLERANCE = {"float32": LOG_PROB, "bfloat16": 0.1}
+
+pytestmark = pytest.mark.numeric
 
 
 def _model(overrides="", dtype=None, seed=3):
@@ -49,15 +48,17 @@ def _model(overrides="", dtype=None, seed=3):
     ("", 2, "eager", "float32"), ("norm_position=pre", 3, "xla", "float32"),
     ("norm_position=pre,positional_encoding=learned", 2, "graph", "float32"),
     ("share_embeddings=false,d_k=8,d_v=24", 2, "graph", "float32"),
-    ("", 2, "graph", "bfloat16"), ("norm_position=pre", 2, "eager",
-                                   "bfloat16"),
+    pytest.param("", 2, "graph", "bfloat16", marks=pytest.mark.bfloat16),
+    pytest.param("norm_position=pre", 2, "eager", "bfloat16",
+                 marks=pytest.mark.bfloat16),
     # Marian's options (interop/marian.py).
     ("activation=swish,positional_encoding=sinusoidal_halves,"
      "decoder_start=zero,output_bias=true", 2, "graph", "float32"),
     ("activation=gelu,decoder_start=zero,output_bias=true", 3, "xla",
      "float32"),
-    ("activation=swish,positional_encoding=sinusoidal_halves,"
-     "output_bias=true", 2, "eager", "bfloat16"),
+    pytest.param("activation=swish,positional_encoding=sinusoidal_halves,"
+                 "output_bias=true", 2, "eager", "bfloat16",
+                 marks=pytest.mark.bfloat16),
     # OpenNMT-tf's (interop/opennmt_tf.py).
     ("norm_position=pre,activation=gelu_tanh,layer_norm_epsilon=0.001,"
      "positional_encoding=sinusoidal_opennmt,output_bias=true", 2, "xla",
@@ -81,18 +82,27 @@ def test_each_position_equals_teacher_forcing(overrides, group, mode, dtype):
   rows = tf.repeat(SOURCE, group, axis=0)
   histories = [[BOS_ID] for _ in range(rows.shape[0])]
   rng = np.random.default_rng(0)
+  steps, fulls, seen = [], [], []
   for position in range(STEPS):
     ids = tf.constant([[h[-1]] for h in histories], tf.int32)
     logits, cache = call(ids, tf.constant(position), cache)
     assert logits.dtype == tf.float32
     full = model((rows, tf.constant(histories, tf.int32)))[:, -1]
-    np.testing.assert_allclose(logits, full, atol=TOLERANCE[dtype],
-                               err_msg=f"step {position}")
+    steps.append(logits.numpy())
+    fulls.append(full.numpy())
+    seen += [h[1:] for h in histories]
     parents = rng.integers(0, group, [SOURCE.shape[0], group])
     cache = step.reorder(cache, tf.constant(parents, tf.int32))
     histories = [histories[b * group + parents[b, j]] +
                  [int(rng.integers(3, 40))]
                  for b in range(SOURCE.shape[0]) for j in range(group)]
+  # Two paths computing in `dtype` (the step, teacher forcing), each logit
+  # within their bounds of the exact one (rounding.py).
+  sources = rounding.unpadded(rows) * STEPS
+  _, bound = rounding.logit_bounds(model, sources, seen,
+                                   rounding.Precision(dtype))
+  rounding.assert_within(np.concatenate(steps), np.concatenate(fulls),
+                         2 * bound, f"{overrides} {mode} {dtype}")
   if mode == "xla":  # every shape static: one program
     assert call.experimental_get_tracing_count() == 1
   elif mode == "graph":  # one trace per buffer size: 0, 1 and 2 blocks
@@ -117,16 +127,18 @@ def test_searches_score_what_teacher_forcing_gives(method, members):
   model = models[0] if members == 1 else Ensemble(models)
   options = search.DecodingOptions(method=method, max_decode_length_offset=6)
   ids, scores = search.decode(model, SOURCE, options)
+  # The cached step and teacher forcing: two paths, each within its float32
+  # bound (rounding.py).
+  bound = 2 * rounding.search_bounds(model, rounding.unpadded(SOURCE), ids)
   for row in range(SOURCE.shape[0]):
     source = tf.boolean_mask(SOURCE[row], SOURCE[row] != PAD_ID)
     for rank in range(options.nbest):
       output = [int(t) for t in ids[row, rank].numpy() if t != PAD_ID]
       penalty = beam_search.length_penalty(len(output), 0.6)
-      np.testing.assert_allclose(
+      rounding.assert_within(
           scores[row, rank],
           _teacher_forced(model, source, output) / float(penalty),
-          rtol=0, atol=sentence(len(output)),
-          err_msg=f"row {row}, rank {rank}")
+          bound[row, rank], f"row {row}, rank {rank}")
 
 
 def test_a_step_writes_its_position_in_place():
@@ -199,7 +211,7 @@ def test_gains_the_matmuls_take(norm_position):
   named = model.named_weights()
   norm = (named.decoder.final_norm if norm_position == "pre" else
           named.decoder.layers[-1].feed_forward_norm)
-  np.testing.assert_allclose(
+  # One product of two float32 numbers each side: both correctly rounded.
+  np.testing.assert_array_equal(
       weights.output_kernel,
-      norm.gamma.numpy()[:, None] * named.output_embedding.numpy().T,
-      rtol=1e-6)
+      norm.gamma.numpy()[:, None] * named.output_embedding.numpy().T)

@@ -83,7 +83,9 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
   first = re.search(r"step (\d+)/\d+ loss \S+ lr (\S+)", resumed.stderr)
   assert int(first.group(1)) == saved_step + 1
   expected_lr = float(schedule.learning_rate(saved_step + 1, 64, 400))
-  np.testing.assert_allclose(float(first.group(2)), expected_lr, rtol=1e-2)
+  # Printed with 3 significant digits ("%.3g"): within half a unit of the
+  # third, 5e-3 of the rate.
+  np.testing.assert_allclose(float(first.group(2)), expected_lr, rtol=5e-3)
   final = tf.train.latest_checkpoint(str(model_dir))
   assert final.endswith(f"ckpt-{saved_step + 3}")
   assert np.any(tf.train.load_checkpoint(final).get_tensor(slots[0]) !=

@@ -10,16 +10,24 @@ from tf_transformer import build_model, get_config
 from tf_transformer.training import checkpoints
 from tf_transformer.training import schedule
 from tf_transformer.training import trainer as trainer_lib
+import rounding
 from training_helpers import MECHANICS, PRODUCT_DEFAULTS, copy_weights
 from training_helpers import distribute, global_batch, make_trainer
 
+# Eq. 3 in float32: d_model^-0.5 and warmup^-1.5 (powers in float64, then
+# rounded: one u each), rsqrt (FUNCTION u), the products and the minimum:
+# within (FUNCTION + 5) u of itself.
+SCHEDULE_RTOL = (rounding.FUNCTION + 5) * rounding.U32
 
+
+@pytest.mark.numeric
 def test_schedule_is_equation_3():
   d_model, warmup = 512, 4000
   for step in (1, 10, 100, 3999, 4000, 4001, 10000, 100000):
     expected = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
     np.testing.assert_allclose(
-        schedule.learning_rate(step, d_model, warmup), expected, rtol=1e-6)
+        schedule.learning_rate(step, d_model, warmup), expected,
+        rtol=SCHEDULE_RTOL)
   assert float(schedule.learning_rate(0, d_model, warmup)) == 0.0
   peak = schedule.learning_rate(4000, 512, 4000)
   assert peak > schedule.learning_rate(3000, 512, 4000)
@@ -27,7 +35,8 @@ def test_schedule_is_equation_3():
   # Keras passes completed updates: update n gets eq. 3 at step n.
   keras_schedule = schedule.TransformerSchedule(512, 4000)
   np.testing.assert_allclose(keras_schedule(tf.constant(9)),
-                             schedule.learning_rate(10, 512, 4000), rtol=1e-6)
+                             schedule.learning_rate(10, 512, 4000),
+                             rtol=2 * SCHEDULE_RTOL)
 
 
 def test_optimizer_is_the_papers_adam(tmp_path):
@@ -37,6 +46,7 @@ def test_optimizer_is_the_papers_adam(tmp_path):
       0.9, 0.98, 1e-9)
 
 
+@pytest.mark.numeric
 def test_the_fused_adam_update_is_keras_adam_on_the_summed_gradient():
   """Three updates by our Adam (one ResourceApplyAdam a variable) leave
   the weights and slots that Keras' Adam leaves, to float32 rounding, given
@@ -62,9 +72,50 @@ def test_the_fused_adam_update_is_keras_adam_on_the_summed_gradient():
       adam.apply_gradients(zip(step_gradients, weights))
     results.append([w.numpy() for w in weights + adam.variables])
   assert len(results[0]) == 2 + 2 + 4  # weights, step, rate, m and v
-  for ours, theirs in zip(*results):
-    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+  weights, m, v = _adam_bounds(start, dense, 1e-2, 0.9, 0.98, 1e-9)
+  # Weights; the step and the rate (exact); each variable's m and v.
+  for ours, theirs, bound in zip(results[0], results[1],
+                                 weights + [0.0, 0.0, m[0], v[0], m[1], v[1]]):
+    rounding.assert_within(ours, theirs, bound)
   assert not np.allclose(results[0][0], start[0])
+
+
+def _adam_bounds(start, gradients, rate, beta_1, beta_2, epsilon):
+  """How far two float32 implementations of Adam (each slot update
+  m <- m + (g - m)(1 - b1) or b1 m + (1 - b1) g, likewise v with g^2, and
+  w <- w - rate m^ / (sqrt(v^) + eps) by either placement of the bias
+  corrections) may leave the weights and slots apart after `gradients`
+  (float32 arrays, dense): replayed in float64 with each quantity's error
+  carried to first order, every operation one rounding of its result's
+  magnitude (FUNCTION for sqrt and the powers), twice (two implementations).
+  Returns the bounds ([weights], [m], [v])."""
+  u = rounding.U32
+  weights = [np.asarray(w, np.float64) for w in start]
+  m = [np.zeros_like(w) for w in weights]
+  v = [np.zeros_like(w) for w in weights]
+  errors = {"w": [np.zeros_like(w) for w in weights],
+            "m": [np.zeros_like(w) for w in weights],
+            "v": [np.zeros_like(w) for w in weights]}
+  for t, step in enumerate(gradients, 1):
+    for i, g in enumerate(step):
+      g = np.asarray(g, np.float64)
+      new_m = beta_1 * m[i] + (1 - beta_1) * g
+      new_v = beta_2 * v[i] + (1 - beta_2) * g * g
+      errors["m"][i] = beta_1 * errors["m"][i] + 4 * u * (
+          np.abs(m[i]) + np.abs(g))
+      errors["v"][i] = beta_2 * errors["v"][i] + 5 * u * (
+          np.abs(v[i]) + g * g)
+      m[i], v[i] = new_m, new_v
+      m_hat = m[i] / (1 - beta_1**t)
+      root = np.sqrt(v[i] / (1 - beta_2**t))
+      update = rate * m_hat / (root + epsilon)
+      relative = (errors["m"][i] / np.maximum(np.abs(m[i]), 1e-300)
+                  + errors["v"][i] / np.maximum(2 * v[i], 1e-300)
+                  + (3 * rounding.FUNCTION + 8) * u)
+      weights[i] = weights[i] - update
+      errors["w"][i] = errors["w"][i] + np.abs(update) * relative + u * (
+          np.abs(weights[i]))
+  return tuple([2 * e for e in errors[k]] for k in ("w", "m", "v"))
 
 
 def _step(trainer, strategy, batch):
@@ -72,21 +123,72 @@ def _step(trainer, strategy, batch):
       distribute(strategy, batch))
 
 
+@pytest.mark.numeric
 def test_eight_devices_equal_one_device(tmp_path):
   batch = global_batch(rows=16)
   one = make_trainer(tmp_path / "one")
   mirrored = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
   eight = make_trainer(tmp_path / "eight", mirrored)
   copy_weights(one, eight)
+  before = one.model.get_weights()
   loss_one = _step(one, one.strategy, batch)
   loss_eight = _step(eight, mirrored, batch)
-  for a, b in zip(loss_one, loss_eight):  # loss, nll, tokens, source, norm
-    np.testing.assert_allclose(a, b, rtol=1e-4)
+  _assert_same_step(one, before, loss_one, loss_eight, batch)
   for a, b in zip(one.model.get_weights(), eight.model.get_weights()):
-    np.testing.assert_allclose(a, b, atol=1e-5)
+    rounding.assert_within(a, b, _first_update_bound(one, a))
   assert int(eight.optimizer.iterations.numpy()) == 1
 
 
+def _assert_same_step(trainer, weights, first, second, batch):
+  """Two computations of one step's (loss, nll, target tokens, source
+  tokens, gradient norm) on `batch` from `weights`: the token counts
+  exact; the summed losses each within its float32 bound (rounding.py:
+  each token's nll and mean log-probability, its label-smoothed loss a
+  combination of them, then summed); the norms finite (the gradient's own
+  rounding has no bound here: the update it scales is held to Adam's, see
+  `_first_update_bound`)."""
+  np.testing.assert_array_equal(first[2:4], second[2:4])
+  model = build_model(trainer.config)
+  model((batch[0][0][:1], batch[0][1][:1]))
+  model.set_weights(weights)
+  (source, target_in), target_out = (tuple(t.numpy() for t in batch[0]),
+                                     batch[1].numpy())
+  real = tf.constant(target_out != 0, tf.float64)
+  smoothing = trainer.config.training.label_smoothing
+  ids = tf.constant(target_out)
+
+  def outputs(run, model, source, target_in, index):
+    log_probs, _ = rounding.model_log_probs(run, model, source, target_in)
+    picked = -tf.gather(log_probs, tf.gather(ids, index), batch_dims=2)
+    mean = -tf.reduce_mean(log_probs, -1)
+    weights = tf.cast(tf.gather(real, index), picked.dtype)
+    loss = (1 - smoothing) * picked + smoothing * mean
+    return tf.stack([tf.reduce_sum(loss * weights, 1),
+                     tf.reduce_sum(picked * weights, 1)], 1)
+
+  values, bound = rounding.bounds(model, source, target_in, outputs)
+  tokens = int(real.numpy().sum())
+  for column in (0, 1):  # the sums over the batch's rows, and its own
+    within = 2 * (bound[:, column].sum() + tokens * rounding.U32 * np.abs(
+        values[:, column]).sum())
+    rounding.assert_within(first[column], second[column], within)
+  assert np.isfinite(first[4]) and np.isfinite(second[4]), (first, second)
+
+
+def _first_update_bound(trainer, weights):
+  """Adam's first update moves each weight by rate * g / (|g| + eps), at
+  most the rate, whatever the gradient: two computations are within twice
+  the first step's rate (eq. 3) of each other, and the subtraction's
+  rounding."""
+  config = trainer.config
+  rate = float(schedule.learning_rate(
+      1, config.model.d_model, config.training.warmup_steps,
+      config.training.learning_rate_scale))
+  return 2 * rate * (1 + 8 * rounding.U32) + 2 * rounding.U32 * np.abs(
+      weights)
+
+
+@pytest.mark.numeric
 @pytest.mark.parametrize("devices", [1, 2])
 def test_accumulated_steps_equal_one_larger_step(tmp_path, devices):
   # Collective groups of another size cannot coexist in one process with
@@ -111,7 +213,7 @@ def test_accumulated_steps_equal_one_larger_step(tmp_path, devices):
   steps.compiled(steps.apply_step)()
   assert int(accumulated.optimizer.iterations.numpy()) == 1
   for a, b in zip(big.model.get_weights(), accumulated.model.get_weights()):
-    np.testing.assert_allclose(a, b, atol=1e-5)
+    rounding.assert_within(a, b, _first_update_bound(big, a))
 
 
 def test_same_seed_same_losses(tmp_path):
@@ -273,10 +375,14 @@ def test_average_of_two_checkpoints_is_the_mean(tmp_path):
   assert len(chosen) == 2 and path.endswith("ckpt-2")
   restored = build_model(config)
   tf.train.Checkpoint(model=restored).read(path).expect_partial()
+  # The mean of two float32 numbers: a sum and a halving (exact), one
+  # rounding each, here and in NumPy.
   for a, b, r in zip(first, second, restored.get_weights()):
-    np.testing.assert_allclose(r, (a + b) / 2, rtol=1e-6)
+    rounding.assert_within(r, (a + b) / 2, 2 * rounding.U32 * np.abs(
+        (a.astype(np.float64) + b) / 2))
 
 
+@pytest.mark.numeric
 def test_average_up_to_a_step_skips_the_later_checkpoints(tmp_path):
   config = get_config("tiny")
   model = build_model(config)
@@ -289,8 +395,11 @@ def test_average_up_to_a_step_skips_the_later_checkpoints(tmp_path):
       averaged, str(tmp_path / "run"), 2, str(tmp_path / "avg"), last_step=2)
   assert [checkpoints.step_of(p) for p in chosen] == [1, 2]
   assert path.endswith("ckpt-2")
+  # (a + 1 + a + 2) / 2 against a + 1.5: a few roundings of the sum's
+  # magnitude (the two adds, the sum, the halving; NumPy's add).
   for a, r in zip(first, averaged.get_weights()):
-    np.testing.assert_allclose(r, a + np.float32(1.5), rtol=1e-6)
+    rounding.assert_within(r, a + np.float32(1.5), 6 * rounding.U32 * (
+        np.abs(a.astype(np.float64)) + 2))
   with pytest.raises(checkpoints.CheckpointError, match=r"has 1 checkpoint"
                      r"\(s\) at or before step 1, fewer than "
                      "--num_checkpoints=2"):
