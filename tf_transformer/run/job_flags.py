@@ -43,7 +43,8 @@ def define_flags():
   flags.DEFINE_enum("mixed_precision", "auto",
                     ["auto", "float32", "bfloat16", "float16"],
                     "Train in mixed precision (bin/train.py "
-                    "--mixed_precision); auto: chosen for this CPU.")
+                    "--mixed_precision); auto: chosen for this host's GPUs "
+                    "where TensorFlow sees any, else for its CPU.")
   flags.DEFINE_integer("numbers_train_size", None, "Training pairs (default: "
                        "the task's 40,000); fewer for a quick try.")
   flags.DEFINE_bool("student", False, "After the job (whose training is "

@@ -109,9 +109,10 @@ class TrainOptions:
 
 def xla_attention_default():
   """--xla_attention's default: on where TensorFlow sees a GPU, where XLA
-  fuses the scores, mask, softmax and weighted sum into one kernel; off on
-  CPUs, where the compiled core measured no faster (docs/performance.md's
-  ideas table)."""
+  fuses the scores, mask, softmax and weighted sum into one kernel (no run
+  of TensorFlow on a GPU has measured it yet: benchmarks/gpu_check.py is
+  ready to); off on CPUs, where the compiled core measured no faster
+  (docs/performance.md's ideas table)."""
   return bool(tf.config.list_physical_devices("GPU"))
 
 
