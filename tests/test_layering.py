@@ -107,3 +107,36 @@ def test_the_moved_modules_old_names_still_import():
     assert module is importlib.import_module(new)
   with pytest.raises(AttributeError, match="no attribute 'translators'"):
     getattr(serving, "translators")
+
+
+def test_the_moved_modules_old_paths_still_import():
+  """`from tf_transformer.serving.marian_import import from_transformers`
+  and `import tf_transformer.serving.<old>` (module paths, which the import
+  system looks up as submodules) give the moved module itself, with the
+  DeprecationWarning; its own spec stays its own."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = """
+import importlib, warnings
+from tf_transformer import serving
+for old, new in serving.MOVED.items():
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    module = importlib.import_module("tf_transformer.serving." + old)
+  assert module is importlib.import_module(new), old
+  assert module.__spec__.name == new, module.__spec__
+  assert [str(w.message) for w in caught] == [
+      f"tf_transformer.serving.{old} is {new} since release 1.1"], caught
+  assert caught[0].category is DeprecationWarning
+from tf_transformer.serving.marian_import import from_transformers
+assert from_transformers.__module__ == "tf_transformer.interop.marian"
+try:
+  import tf_transformer.serving.nothing
+except ModuleNotFoundError as e:
+  assert e.name == "tf_transformer.serving.nothing"
+print("ok")
+"""
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, cwd=REPO, check=False)
+  assert done.returncode == 0 and done.stdout.strip() == "ok", (
+      done.stderr[-2000:])
