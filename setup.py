@@ -63,8 +63,9 @@ setuptools.setup(
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
         # jax (its CPU build): Keras' JAX backend, on which the layers and
         # the model's training path are tested too (tests/test_backends.py).
-        # torch (its CPU build, pinned) and transformers: the reference an
-        # imported MarianMTModel is tested against
+        # torch (pinned; CONTRIBUTING.md says how to take its CPU build,
+        # which pip does not choose on Linux) and transformers: the
+        # reference an imported MarianMTModel is tested against
         # (tests/test_marian_import.py).
         "test": ["pytest>=8", "pytest-xdist>=3.5",
                  "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8",
