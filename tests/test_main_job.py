@@ -398,7 +398,8 @@ def test_student_job_distills_the_teacher_into_a_shallow_decoder(tmp_path):
   """--student: the teacher's job, its translations of the training
   sources (the announced translate.py --resume), a 2-1 student started from
   the 2-2 teacher's weights, trained on them with its vocabulary and
-  exported in bfloat16 over a shortlist, and both timed side by side."""
+  exported over a shortlist in the dtype given (announced; `auto` is
+  test_precision's), and both timed side by side."""
   from tf_transformer.run import run_dir as run_dir_lib  # pylint: disable=g-import-not-at-top
   from tf_transformer.run import student_job  # pylint: disable=g-import-not-at-top
   data_dir = _cut_multi30k(tmp_path / "multi30k", (
@@ -411,7 +412,7 @@ def test_student_job_distills_the_teacher_into_a_shallow_decoder(tmp_path):
       average_checkpoints=2, num_examples=1,
       hparams="num_layers=2,d_model=32,d_ff=64,max_decode_length_offset=4",
       student_hparams="num_decoder_layers=1,max_decode_length_offset=4",
-      student_steps=8, student_shortlist=(5, 10),
+      student_steps=8, student_shortlist=(5, 10), student_dtype="bfloat16",
       announce=lambda stage, line: announced.append((stage, line)))
   stages = dict(announced)  # the student's stages come last
   distill = stages["distill"]
@@ -431,6 +432,7 @@ def test_student_job_distills_the_teacher_into_a_shallow_decoder(tmp_path):
   assert result.parameters["student"] < result.parameters["teacher"]
   assert result.student.export.startswith(f"{exports}_student")
   assert result.student.export_dtype == "bfloat16"
+  assert stages["student dtype"] == "bfloat16, as --student_dtype gave"
   assert os.path.exists(os.path.join(student_run, "shortlist.npz"))
   assert all(s.one_sentence_ms > 0 and s.sentences_per_cpu_second > 0
              for s in result.speed.values())

@@ -159,3 +159,47 @@ def test_a_run_trains_in_the_chosen_precision_and_resumes_in_it(
       get_config("tiny", SMALL, train_steps=3), SPEC,
       **{**options, "mixed_precision": "float32"})
   assert given["step"] == 3 and built[-1] == "float32"
+
+
+def test_the_students_export_dtype_follows_this_cpu(tmp_path):
+  """--student_dtype=auto: float32 without bfloat16 instructions (no probe),
+  bfloat16 only where the probe finds it faster, each with its reason; GPUs
+  are set aside (the export is timed on the CPU); a given dtype is kept."""
+  from tf_transformer.run import student_job  # pylint: disable=g-import-not-at-top
+  config = get_config("tiny", SMALL)
+  dtype, reason = student_job.export_dtype(
+      student_job.AUTO, config, _cpuinfo(tmp_path, "avx512f"), _never)
+  assert dtype == "float32" and "neither AVX512_BF16 nor AMX" in reason
+  assert "--student_dtype" in reason
+  bf16 = _cpuinfo(tmp_path, "avx512f avx512_bf16")
+  assert student_job.export_dtype(student_job.AUTO, config, bf16,
+                                  _probe(1.5))[0] == "bfloat16"
+  dtype, reason = student_job.export_dtype(student_job.AUTO, config, bf16,
+                                           _probe(1.05))
+  assert dtype == "float32" and "1.05x" in reason and "below the" in reason
+  for given in ("float32", "bfloat16"):
+    dtype, reason = student_job.export_dtype(given, config, bf16, _never)
+    assert dtype == given and "--student_dtype" in reason
+
+
+def test_the_probe_times_the_step_where_a_run_trains(monkeypatch):
+  """The budget's probe runs on the device `bin/train.py` trains on by
+  default (the first GPU, else the CPU: create_strategy("one_device")),
+  not always on the CPU."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_transformer.training import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+  asked = []
+  create = strategy_lib.create_strategy
+
+  def recorded(distribution="one_device", **kwargs):
+    asked.append(distribution)
+    return create(distribution, **kwargs)
+  monkeypatch.setattr(strategy_lib, "create_strategy", recorded)
+  config = get_config("tiny", SMALL)
+  assert precision.probe_tokens_per_sec(config, None, length=8,
+                                        steps=1) > 0
+  assert asked == ["one_device"]
+  assert precision.probe_tokens_per_sec(
+      config, None, length=8, steps=1,
+      strategy=tf.distribute.OneDeviceStrategy("/cpu:0")) > 0
+  assert asked == ["one_device"]

@@ -26,8 +26,9 @@ last checkpoint); each run exports the next version of --export_dir.
 (`tf_transformer/run/student_job.py`): its translations of the training
 sources (resumed where a stopped job left them) become the targets of a
 student with its encoder and one decoder layer, started from its weights,
-trained in WORK_DIR/student and exported in bfloat16 over a vocabulary
-shortlist; the job ends with the teacher and the student side by side.
+trained in WORK_DIR/student and exported over a vocabulary shortlist in
+the dtype this CPU runs faster (--student_dtype); the job ends with the
+teacher and the student side by side.
 """
 
 import sys

@@ -52,9 +52,10 @@ def define_flags():
                     "the training sources with it, train a student with its "
                     "encoder and one decoder layer on them, from its "
                     "weights, in WORK_DIR/student, export it to "
-                    "EXPORT_DIR_student (bfloat16, shortlist "
-                    f"{','.join(map(str, STUDENT_SHORTLIST))}) and time "
-                    "both (docs/recipes.md). --task=multi30k.")
+                    "EXPORT_DIR_student (shortlist "
+                    f"{','.join(map(str, STUDENT_SHORTLIST))}, dtype by "
+                    "--student_dtype) and time both (docs/recipes.md). "
+                    "--task=multi30k.")
   flags.DEFINE_float("student_minutes", None, "--student: the student's "
                      "training budget (default: the task's).")
   flags.DEFINE_integer("student_steps", None, "--student: the student's "
@@ -64,6 +65,12 @@ def define_flags():
                       "--student: the student's overrides of the teacher's "
                       "architecture and schedule; its depths at most the "
                       "teacher's, whose first layers start each stack.")
+  flags.DEFINE_enum("student_dtype", "auto", ["auto"] + list(DTYPES),
+                    "--student: the student export's weights and matmuls; "
+                    "auto: bfloat16 where this CPU multiplies it natively "
+                    "(AVX512_BF16 or AMX) and a probe of the student's "
+                    "training step finds it faster, else float32 (logged "
+                    "with the reason). Serve it where its dtype is fast.")
   flags.DEFINE_bool("student_with_references", False, "--student: train on "
                     "the references too, beside the teacher's "
                     "translations (two corpora, drawn alike).")
@@ -79,5 +86,6 @@ def job_arguments(values=None) -> dict:
     arguments.update(student_hparams=values.student_hparams,
                      student_minutes=values.student_minutes,
                      student_steps=values.student_steps,
+                     student_dtype=values.student_dtype,
                      with_references=values.student_with_references)
   return arguments

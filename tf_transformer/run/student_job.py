@@ -10,8 +10,10 @@ about its quality (Kim and Rush, 2016; Firefox Translations' students).
    translations as targets (and the references too, with
    `with_references`): the teacher's vocabulary and width with a shallow
    decoder (`STUDENT_HPARAMS`), started from the teacher's weights (each
-   stack's first layers), trained in its own time budget and exported in
-   bfloat16 over a vocabulary shortlist of its training pairs.
+   stack's first layers), trained in its own time budget and exported over
+   a vocabulary shortlist of its training pairs, in the dtype this CPU
+   runs faster (`export_dtype`: bfloat16 only where the CPU multiplies it
+   natively and the training step's probe finds it faster).
 4. Both exports timed on the test sources (`export_speed.py`: one thread,
    a process of its own): CPU time of one sentence a request, and
    sentences a CPU-second at batch 32.
@@ -22,7 +24,12 @@ docs/recipes.md says how the student's shape and settings were chosen.
 import dataclasses
 import os
 
+from absl import logging
+import tensorflow as tf
+
+from tf_transformer import config as config_lib
 from tf_transformer import cost
+from tf_transformer import cpu
 from tf_transformer.choices import STUDENT_HPARAMS
 from tf_transformer.choices import STUDENT_SHORTLIST
 from tf_transformer.run import distillation
@@ -32,6 +39,9 @@ from tf_transformer.run import run_dir as run_dir_lib
 from tf_transformer.run import runner as runner_lib
 from tf_transformer.run.tasks import TASKS
 from tf_transformer.training import budget
+from tf_transformer.training import precision
+
+AUTO = "auto"  # --student_dtype=auto: chosen for this CPU by `export_dtype`
 
 
 @dataclasses.dataclass
@@ -50,7 +60,8 @@ def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
                     data_dir=None, student_hparams=STUDENT_HPARAMS,
                     student_minutes=None, student_steps=None,
                     with_references=False,
-                    student_shortlist=STUDENT_SHORTLIST, stop=None,
+                    student_shortlist=STUDENT_SHORTLIST, student_dtype=AUTO,
+                    stop=None,
                     announce=lambda stage, line: None,
                     **teacher) -> StudentResult:
   """Runs the teacher's job, the distillation and the student's job, then
@@ -58,8 +69,10 @@ def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
   (train_minutes, hparams, ...); the student takes the teacher's
   architecture, learning rate schedule and dropout with `student_hparams`
   over them (at most the teacher's depths), `student_minutes` (default:
-  the task's) or `student_steps`. Raises what `run_job` raises, and JobError for a task
-  without training files."""
+  the task's) or `student_steps`, exported in `student_dtype` ("float32",
+  "bfloat16", or AUTO: `export_dtype`'s choice, announced with its
+  reason). Raises what `run_job` raises, and JobError for a task without
+  training files."""
   task = TASKS[task_name]
   if not task.splits:
     raise main_job.JobError(f"--student: --task={task_name} has no "
@@ -86,12 +99,16 @@ def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
   teacher_config = run_dir_lib.load_config(teacher_result.weights)
   pairs = [(source, distilled)] + ([(source, reference)] if with_references
                                    else [])
+  hparams = teacher_hparams(teacher_config, student_hparams)
+  dtype, reason = export_dtype(
+      student_dtype, config_lib.get_config(task.config, hparams))
+  logging.info("the student's export: %s", reason)
+  announce("student dtype", reason)
   student_result = main_job.run_job(
       task_name, work_dir=student_dir,
       export_dir=f"{export_dir.rstrip(os.sep)}_student", data_dir=data_dir,
-      hparams=teacher_hparams(teacher_config, student_hparams),
-      train_minutes=student_minutes,
-      train_steps=student_steps, export_dtype="bfloat16",
+      hparams=hparams, train_minutes=student_minutes,
+      train_steps=student_steps, export_dtype=dtype,
       mixed_precision=teacher.get("mixed_precision", "auto"), stop=stop,
       announce=announce, train_pairs=pairs,
       vocabulary_from=os.path.join(work_dir, "run"),
@@ -110,6 +127,38 @@ def run_student_job(task_name="multi30k", work_dir=None, export_dir=None,
   return StudentResult(teacher_result, student_result, distilled,
                        distilled_now, parameters, depths, speed,
                        tuple(student_shortlist))
+
+
+def cpu_probe(config, mixed_precision):
+  """`precision.probe_tokens_per_sec` on the CPU, whatever GPUs there are."""
+  return precision.probe_tokens_per_sec(
+      config, mixed_precision,
+      strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+
+def export_dtype(student_dtype, config, cpuinfo=cpu.CPUINFO, probe=cpu_probe):
+  """The student export's dtype, and one line saying why.
+
+  Args:
+    student_dtype: --student_dtype: "float32" or "bfloat16", taken as
+      given, or AUTO.
+    config: the student's TransformerConfig, which AUTO's probe times.
+    cpuinfo, probe: `precision.choose`'s, a test's to fake.
+  Returns:
+    (dtype, reason). AUTO gives what --mixed_precision=auto would choose
+    for this CPU (GPUs set aside: the export is timed, and mostly served,
+    on CPUs): float32 where the CPU has neither AVX512_BF16 nor AMX, whose
+    bfloat16 is emulated, slower; bfloat16 where it has them and the
+    probe of the student's training step finds bfloat16 faster by the
+    probe's margin, else float32. A server's CPU is what decides: the
+    reason says this host's.
+  """
+  if student_dtype != AUTO:
+    return student_dtype, f"{student_dtype}, as --student_dtype gave"
+  choice = precision.choose(config, cpuinfo=cpuinfo, probe=probe,
+                            gpus=lambda: [])
+  return (choice.mixed_precision or "float32", choice.reason
+          + " (--student_dtype=float32 or bfloat16 to choose)")
 
 
 def teacher_hparams(config, student_hparams):

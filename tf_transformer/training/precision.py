@@ -36,21 +36,23 @@ class Choice:
 
 
 def probe_tokens_per_sec(config, mixed_precision, length=PROBE_LENGTH,
-                         steps=PROBE_STEPS):
+                         steps=PROBE_STEPS, strategy=None):
   """Source and target tokens a second of `config`'s training step (loss,
-  gradients, Adam; section 5) on one CPU device.
+  gradients, Adam; section 5) on the device a run trains on by default
+  (the first GPU, else the CPU), or under `strategy`.
 
   Args:
     config: a TransformerConfig; its batch_tokens set the batch.
     mixed_precision: None (float32) or "bfloat16".
     length: tokens a sentence, each side, of the random batch.
     steps: updates timed, after one untimed update.
+    strategy: a tf.distribute strategy; None: `step_timing`'s default.
   Returns:
     tokens a second, from the median update's time.
   """
   seconds, rows = step_timing.seconds_per_step(
       config, config.training.batch_tokens, length, runs=steps,
-      mixed_precision=mixed_precision)
+      strategy=strategy, mixed_precision=mixed_precision)
   return 2 * rows * length / seconds
 
 
