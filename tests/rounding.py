@@ -1035,8 +1035,10 @@ def vocabulary_logit_bounds(model, sources, prefixes, precision=FLOAT32):
                    logits="hidden")
     return tf.gather(h, tf.gather(last, index), batch_dims=1)
 
+  # A prefix may hold PAD itself (a padded batch's every position): `trim`
+  # would then cut the position that `last` reads.
   hidden, bound = bounds(model, source, target_in, outputs, precision,
-                         trim=True)
+                         trim=not any(PAD_ID in p for p in prefixes))
   d_model = hidden.shape[1]
   lambda_d = math.sqrt(2 * math.log(2 * d_model / FAILURE))
   error = lambda_d / LAMBDA * np.sqrt(np.sum(bound**2, 1))  # ||error of h||
