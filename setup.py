@@ -60,6 +60,10 @@ setuptools.setup(
         # (interop/marian_npz.py); huggingface_hub, whose `hf download`
         # fetches them from the Hugging Face hub.
         "marian": ["safetensors>=0.4", "pyyaml>=6", "huggingface_hub>=1.0"],
+        # The benchmark's LiteRT rows (`--sections=litert_step`):
+        # ai-edge-litert, TensorFlow's own runtime for CPUs and devices
+        # (XNNPACK kernels, int8 weights).
+        "litert": ["ai-edge-litert>=2.3,<3"],
         # pytest-xdist: the suite in two processes (`-n 2`), half the time.
         # jax (its CPU build): Keras' JAX backend, on which the layers and
         # the model's training path are tested too (tests/test_backends.py).
@@ -70,7 +74,7 @@ setuptools.setup(
         "test": ["pytest>=8", "pytest-xdist>=3.5",
                  "tensorflow-serving-api~=2.21.0", "matplotlib>=3.8",
                  "ctranslate2>=4.5,<5", "jax>=0.5", "safetensors>=0.4",
-                 "pyyaml>=6",
+                 "pyyaml>=6", "ai-edge-litert>=2.3,<3",
                  "torch==2.13.0", "transformers>=5,<6"],
     },
     classifiers=[

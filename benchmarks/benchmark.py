@@ -31,6 +31,14 @@ Sections (--sections):
   p90) one sentence at a time, beam search and greedy; the ratio of each to
   CTranslate2 float32, BLEU against --reference, and the lines identical to
   the default SavedModel's. Not run by default: it needs a trained model.
+- litert_step: the decoding step alone on --model_dir's weights and the
+  memory of --source's first lines, at --litert_step_rows rows (4: one
+  sentence at beam 4; 128: a batch of 32), one thread: TensorFlow's step as
+  the SavedModel runs it (float32 and bfloat16) against the same step
+  converted to LiteRT with float32 and with int8 weights (`pip install
+  ai-edge-litert`), CPU ms a step over a loop of --litert_steps steps, each
+  engine's ratio to TensorFlow float32's, and the rows whose ids agree.
+  Not run by default: it needs a trained model.
 - decode (a synthetic micro-benchmark: random weights, outputs forced to
   --decode_words + 1 tokens): a SavedModel exported like bin/export.py, beam 4 and greedy, at
   batch 1 and --decode_batch_size: sentences/s and output tokens/s; time per

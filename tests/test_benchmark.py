@@ -253,6 +253,38 @@ def test_shortlist_section_times_both_searches(tmp_path):
   assert "speedup" in result.stdout
 
 
+def test_litert_step_section_times_the_step_in_both_runtimes(
+    trained_numbers_run, tmp_path):
+  """The step alone in TensorFlow (float32, bfloat16) and converted to
+  LiteRT (float32, int8 weights), at each --litert_step_rows, each engine's
+  turns timed; the int8 file holds a quarter of the float32 file's matrix
+  bytes and more (its float32 biases, norms and graph)."""
+  from tf_transformer.data import numbers  # pylint: disable=g-import-not-at-top
+  source = tmp_path / "source.txt"
+  source.write_text("".join(
+      s + "\n" for s, _ in numbers.generate({"test": 2}, seed=5)["test"]))
+  output = tmp_path / "litert.json"
+  result = run_script(
+      "benchmarks/benchmark.py", "--sections=litert_step",
+      f"--model_dir={trained_numbers_run}", f"--source={source}",
+      "--litert_step_rows=4,8", "--litert_steps=6", "--runs=2",
+      f"--output={output}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = json.loads(output.read_text())["litert_step"]["rows"]
+  engines = {"tensorflow_float32", "tensorflow_bfloat16", "litert_float32",
+             "litert_int8"}
+  for count in (4, 8):
+    by = {r["engine"]: r for r in rows if r["rows"] == count}
+    assert set(by) == engines, by
+    for row in by.values():
+      assert len(row["cpu_ms_runs"]) == 2 and row["cpu_ms_per_step"] > 0
+      assert 0 <= row["rows_identical_to_tensorflow_float32"] <= 1
+    assert by["tensorflow_float32"][
+        "cpu_ms_per_step_vs_tensorflow_float32"] == 1
+    assert 0 < by["litert_int8"]["file_mb"] < by["litert_float32"]["file_mb"]
+  assert "cpu_ms_per_step" in result.stdout
+
+
 def test_each_worker_starts_with_its_librarys_switches():
   """oneDNN's rewrites for a SavedModel, CTranslate2's MKL for its peer:
   read at load, so set in the worker's environment."""

@@ -4,7 +4,8 @@ from absl import flags
 
 from tf_transformer.run import translator_flags
 
-SECTIONS = ("train", "scaling", "decode", "serving", "shortlist", "input")
+SECTIONS = ("train", "scaling", "decode", "serving", "litert_step",
+            "shortlist", "input")
 
 
 def define_flags():
@@ -35,6 +36,11 @@ def define_flags():
                       "the *_shortlist and ct2_*_vmap decoders (export "
                       "--shortlist; the run's table is built where missing).")
   translator_flags.register_shortlist_validator("serving_shortlist")
+  flags.DEFINE_list("litert_step_rows", ["4", "128"], "litert_step: rows "
+                    "a decoding step runs (4: one sentence at beam 4; 128: "
+                    "a batch of 32).")
+  flags.DEFINE_integer("litert_steps", 32, "litert_step: decoder steps a "
+                       "timed loop runs (and the cache holds).")
   flags.DEFINE_list("shortlist_vocab_sizes", ["8000", "37000"], "shortlist: "
                     "vocabulary sizes of the synthetic shortlist section.")
   flags.DEFINE_integer("threads", 2, "serving: CPU threads of each decoder.")

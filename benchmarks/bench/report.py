@@ -223,6 +223,65 @@ def serving_section(o, report):
                                    for search, by in results.items()}}
 
 
+def litert_step_section(o, report):
+  """The decoding step alone, TensorFlow (as the SavedModel runs it)
+  against LiteRT float32 and int8 weights, one thread
+  (`litert_step.py`)."""
+  # pylint: disable=g-import-not-at-top
+  import statistics
+  import subprocess
+  import sys
+  from tf_transformer.data.corpora import read_lines
+  if not (o.model_dir and o.source):
+    raise ValueError("--sections=litert_step needs --model_dir (a trained "
+                     "run) and --source (real text)")
+  rows = [int(r) for r in o.litert_step_rows]
+  request = dict(model_dir=o.model_dir, rows=rows, steps=o.litert_steps,
+                 group=4, runs=o.runs,
+                 sentences=read_lines(o.source)[:max(rows) // 4])
+  worker = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "litert_step.py")
+  with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    json.dump(request, f)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(worker)))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=os.pathsep.join(filter(None, (
+                 root, os.environ.get("PYTHONPATH")))))
+  try:
+    done = subprocess.run([sys.executable, worker, f.name], env=env,
+                          capture_output=True, text=True, check=False)
+  finally:
+    os.unlink(f.name)
+  if done.returncode:
+    raise RuntimeError(f"litert_step worker failed:\n{done.stderr[-3000:]}")
+  measured = json.loads(done.stdout)["rows"]
+  base = "tensorflow_float32"
+  figures = []
+  for count, by in measured.items():
+    per_step = {name: 1000 * statistics.median(seconds) / o.litert_steps
+                for name, seconds in by["cpu_seconds"].items()}
+    for name, ms in per_step.items():
+      ids = by["ids"][name]
+      same = sum(a == b for a, b in zip(ids, by["ids"][base])) / len(ids)
+      figures.append(dict(
+          rows=int(count), engine=name, cpu_ms_per_step=ms,
+          cpu_ms_per_step_vs_tensorflow_float32=ms / per_step[base],
+          cpu_ms_runs=[1000 * s / o.litert_steps
+                       for s in by["cpu_seconds"][name]],
+          rows_identical_to_tensorflow_float32=same,
+          file_mb=by["tflite_bytes"].get(name, 0) / 2**20 or None))
+  columns = ["rows", "engine", "cpu_ms_per_step",
+             "cpu_ms_per_step_vs_tensorflow_float32",
+             "rows_identical_to_tensorflow_float32", "file_mb"]
+  _print_header(f"the decoding step alone: {o.litert_steps} steps from BOS "
+                f"on {o.model_dir}'s weights, the memory of {o.source}'s "
+                "first lines, one thread; CPU ms a step, median of "
+                f"{o.runs} turns", columns)
+  _print_rows(figures, columns)
+  report["litert_step"] = {"rows": figures, "model_dir": o.model_dir,
+                           "source": o.source, "steps": o.litert_steps}
+
+
 def cache_read_section(o, config, steps):
   """What reading the self-attention cache alone costs per output token, at
   the memory's speed and at the speed of attention's batched matmuls: the
@@ -297,6 +356,8 @@ def run(o) -> dict:
         f"{m['TF_ENABLE_ONEDNN_OPTS'] or 'unset'}")
   if "serving" in o.sections:
     serving_section(o, report)
+  if "litert_step" in o.sections:
+    litert_step_section(o, report)
   if "shortlist" in o.sections:
     shortlist_section(o, config, report)
   if "input" in o.sections:
