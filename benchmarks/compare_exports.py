@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 r"""Times SavedModels against each other on the same text, taking turns:
 every pass of every export runs in a fresh process as a server runs it
-(benchmarks/bench/serving_worker.py: only tensorflow and
-tensorflow_text imported), the exports taking turns for --rounds rounds,
+(benchmarks/bench/serving_worker.py: tensorflow, tensorflow_text and
+the timing protocol of tf_transformer/run/export_speed.py), the exports taking turns for --rounds rounds,
 in the given order and then reversed, so that a host's drift reaches all
 of them alike. Made for one model exported
 by two versions of the code (old and new), or with two sets of options.

@@ -38,6 +38,8 @@ import sentencepiece as spm
 
 from tf_transformer.decoding.search import DecodingOptions
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "serving_worker.py")
 
@@ -171,7 +173,10 @@ def _ct2_search(search, options, patience):
 def _run_worker(request, env_changes):
   with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(request, f)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env_changes)
+  # The worker imports tf_transformer's timing protocol: from this clone,
+  # installed or not.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
+      filter(None, (REPO, os.environ.get("PYTHONPATH")))), **env_changes)
   try:
     done = subprocess.run([sys.executable, WORKER, f.name], env=env,
                           capture_output=True, text=True, check=False)

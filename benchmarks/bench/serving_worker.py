@@ -1,8 +1,11 @@
 """Times one exported model on real text in a process of its own, as a
 server would run it: run by path (`python serving_worker.py REQUEST.json`),
-it imports only tensorflow and tensorflow_text for a SavedModel (so nothing
-of tf_transformer, not even its oneDNN default, reaches the measurement), or
-only ctranslate2 and sentencepiece for a CTranslate2 model.
+it imports tensorflow and tensorflow_text for a SavedModel, or ctranslate2
+and sentencepiece for a CTranslate2 model, and of tf_transformer only the
+timing protocol the student job times with too
+(`tf_transformer/run/export_speed.py`: loading a SavedModel's signature,
+the passes, the one-sentence calls); oneDNN is set by the request's
+environment (`serving_speed.worker_env`).
 
 The request (JSON): kind ("saved_model" or "ctranslate2"), model, sentences,
 threads (TensorFlow's inter-op threads, CTranslate2's threads), intra_threads
@@ -26,20 +29,13 @@ import tempfile
 import threading
 import time
 
+from tf_transformer.run import export_speed
+
 
 def _saved_model(request):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  tf.config.threading.set_intra_op_parallelism_threads(
-      request["intra_threads"])
-  tf.config.threading.set_inter_op_parallelism_threads(request["threads"])
-  tf.config.optimizer.set_experimental_options(request.get("grappler", {}))
-  serve = tf.saved_model.load(request["model"]).signatures["serving_default"]
-
-  def translate(texts):
-    out = serve(text=tf.constant(texts, tf.string, shape=[len(texts)]))
-    return [t.decode("utf-8") for t in out["translation"].numpy()]
-  return translate
+  return export_speed.saved_model(
+      request["model"], request["threads"], request["intra_threads"],
+      request.get("grappler"))
 
 
 def _ctranslate2(request, inter_threads=1):
@@ -65,47 +61,6 @@ def _ctranslate2(request, inter_threads=1):
         **search)
     return [processor.decode(r.hypotheses[0]) for r in results]
   return translate
-
-
-def _passes(translate, sentences, batch_size, order, runs, warmup):
-  """Seconds and CPU-seconds of each timed pass over `sentences` and the
-  outputs, in file
-  order; `order` "sorted" batches the sentences by length (and puts the
-  outputs back)."""
-  indices = list(range(len(sentences)))
-  if order == "sorted":
-    indices.sort(key=lambda i: (len(sentences[i].split()),
-                                len(sentences[i])))
-  batches = [indices[i:i + batch_size]
-             for i in range(0, len(indices), batch_size)]
-  for _ in range(warmup):
-    translate([sentences[i] for i in batches[0]])
-  seconds, cpu_seconds, outputs = [], [], [None] * len(sentences)
-  for _ in range(runs):
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for batch in batches:
-      for i, text in zip(batch, translate([sentences[i] for i in batch])):
-        outputs[i] = text
-    seconds.append(time.perf_counter() - start)
-    cpu_seconds.append(time.process_time() - cpu_start)
-  return seconds, cpu_seconds, outputs
-
-
-def _latency(translate, sentences, warmup):
-  """Seconds and CPU-seconds of each one-sentence call, after `warmup`
-  untimed passes over the same sentences (as a warmed-up server: an XLA
-  export compiles once per request shape, on its first request of that
-  shape)."""
-  for _ in range(warmup):
-    for text in sentences:
-      translate([text])
-  seconds, cpu_seconds = [], []
-  for text in sentences:
-    start, cpu_start = time.perf_counter(), time.process_time()
-    translate([text])
-    seconds.append(time.perf_counter() - start)
-    cpu_seconds.append(time.process_time() - cpu_start)
-  return seconds, cpu_seconds
 
 
 def concurrency(translate, sentences, clients):
@@ -175,14 +130,14 @@ def main(path):
         translate, sentences[:request["profile_sentences"]],
         request["batch_size"])
   for order in request["orders"]:
-    seconds, cpu_seconds, outputs = _passes(
+    seconds, cpu_seconds, outputs = export_speed.passes(
         translate, sentences, request["batch_size"], order, request["runs"],
         request["warmup"])
     result["orders"][order] = {"seconds": seconds, "cpu_seconds": cpu_seconds,
                                "outputs": outputs}
   latency_sentences = sentences[:request["latency_sentences"]]
   if latency_sentences:
-    result["latency_seconds"], result["latency_cpu_seconds"] = _latency(
+    result["latency_seconds"], result["latency_cpu_seconds"] = export_speed.latency(
         translate, latency_sentences, request["warmup"])
   if request.get("clients") and latency_sentences:
     if request["kind"] == "ctranslate2":
