@@ -8,6 +8,7 @@ import pytest
 
 from tf_transformer.config import get_config
 from tf_transformer.run import main_job
+from tf_transformer.run import tasks
 from tf_transformer.training import budget
 from tf_transformer.training import precision
 
@@ -139,3 +140,30 @@ def test_the_job_keeps_what_a_run_or_its_flags_already_say(tmp_path):
   assert main_job._sized_for_budget(
       "small_corpus", "", None, str(run), 60, precision.AUTO, probe) == ""
   assert len(calls) == 1
+
+
+def test_a_new_run_says_what_its_budget_buys_against_the_readmes(tmp_path):
+  """At its start, a sized run says the epochs its minutes buy here (what
+  runs make of the probe's rate) against the README run's, and the flags
+  that train as far: its steps, with minutes enough at this host's rate."""
+  shown = tasks.Shown(1500, 10.0, 20, "a test host")
+  told = []
+  main_job._sized_for_budget(
+      "small_corpus", "", None, str(_run_dir(tmp_path)), 20, "float32",
+      _probe(3_000, []), shown=shown, tell=told.append)
+  epochs = budget.planned_epochs(3_000, 20, STATS, 100_000, 4096)
+  here = budget.RUN_SHARE * epochs
+  assert len(told) == 1 and told[0].startswith(
+      f"20 minutes buy about {here:.1f} epochs on this host")
+  assert "README.md's model trained 10.0 epochs (1,500 steps) in 20 " in (
+      told[0]) and "on a test host" in told[0]
+  minutes = int(told[0].rsplit("--train_minutes=", 1)[1])
+  # Those minutes at this host's rate reach the README run's epochs, by a
+  # quarter's margin, not by much more.
+  assert 1.2 * 10.0 <= minutes / 20 * here <= 1.3 * 10.0 + here / 20
+  assert "--train_steps=1500 " in told[0]
+  told.clear()
+  main_job._sized_for_budget(
+      "small_corpus", "", None, str(_run_dir(tmp_path / "b")), 20,
+      "float32", _probe(3_000, []), tell=told.append)
+  assert not told  # no README run to compare with

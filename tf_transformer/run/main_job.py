@@ -155,14 +155,15 @@ def _train_config(config_name, hparams, train_steps):
 
 def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
                       mixed_precision, probe=precision.probe_tokens_per_sec,
-                      **choose_args):
+                      shown=None, tell=lambda line: None, **choose_args):
   """--hparams with the model and dropout that the time budget suits on
   this host (`training/budget.py`), for a new `small_corpus` run given
   minutes and none of those hparams of its own; else `hparams` as given.
   The precision is chosen here (and kept for the run), so that its probe
   gives the rate, and chosen again for the long-run model where the plan
   trains it; `probe` and `choose_args` (`precision.choose`'s) are a
-  test's to force."""
+  test's to force. `tell` hears the budget against `shown` (the task's
+  README run, `budget.against_shown`) where the run is sized."""
   given = config_lib.parse_overrides(hparams)
   if (config_name != "small_corpus" or not minutes
       or any(name in given for name, _ in budget.LONG_RUN_HPARAMS)
@@ -178,6 +179,8 @@ def _sized_for_budget(config_name, hparams, train_steps, run_dir, minutes,
     stats = json.load(f)
   plan = budget.plan(rate, minutes, stats, config)
   logging.info("sized for the budget: %s", plan.reason)
+  if shown:
+    tell(budget.against_shown(plan.epochs, minutes, shown))
   if not plan.hparams:
     return hparams
   sized = ",".join(filter(None, (hparams, plan.hparams)))
@@ -239,8 +242,10 @@ def run_job(task_name="numbers", work_dir=None, export_dir=None,
   start = time.time()
   every, every_secs, evaluate_every, log_every = _cadence(
       task, train_steps, minutes, average_checkpoints)
-  hparams = _sized_for_budget(config_name, hparams, train_steps, run_dir,
-                              minutes, mixed_precision)
+  hparams = _sized_for_budget(
+      config_name, hparams, train_steps, run_dir, minutes, mixed_precision,
+      shown=task.shown if not train_pairs else None,
+      tell=lambda line: announce("budget", line))
   train_config = _train_config(config_name, hparams, train_steps)
   # What bin/train.py takes as flags and `Runner.train` as arguments.
   train = _given(

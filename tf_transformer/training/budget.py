@@ -21,6 +21,7 @@ above what the runs measured.
 """
 
 import dataclasses
+import math
 
 # Planned epochs (at the preset's probed rate) above which `small_corpus`
 # trains LONG_RUN_HPARAMS: between the 21 of a 20-minute run on a fast
@@ -32,6 +33,9 @@ LONG_RUN_HPARAMS = (
     ("d_k", 32), ("d_v", 32), ("learning_rate_scale", 1.0),
     ("warmup_steps", 2000), ("dropout_rate", 0.2))
 MIN_PAIRS = 20_000  # below: the preset whatever the epochs
+# What runs make of the probe's rate (the module docstring: the probe is
+# about a third above them).
+RUN_SHARE = 0.75
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,3 +100,19 @@ def plan(tokens_per_sec, minutes, stats, config):
         f"{LONG_RUN_EPOCHS:.0f} where the preset with dropout "
         f"{preset_dropout} overfits"))
   return Plan(epochs, "", f"{preset}, not over {LONG_RUN_EPOCHS:.0f}")
+
+
+def against_shown(epochs, minutes, shown):
+  """One line for the job's start: the epochs `minutes` buy on this host
+  (`epochs`: `planned_epochs` from the probe) against those of the run
+  README.md shows (`shown`, a `tasks.Shown`), and the flags that train as
+  far as it did here: its steps, with minutes a quarter over what they
+  take here (the run stops at the steps)."""
+  here = epochs * RUN_SHARE
+  needed = minutes * shown.epochs / max(here, 1e-9)
+  return (f"{minutes:g} minutes buy about {here:.1f} epochs on this host "
+          f"({RUN_SHARE:.0%} of the probe's {epochs:.1f}: what runs make of "
+          f"it); README.md's model trained {shown.epochs:.1f} epochs "
+          f"({shown.steps:,} steps) in {shown.minutes:g} minutes on "
+          f"{shown.host}. To train as far here: --train_steps={shown.steps} "
+          f"--train_minutes={math.ceil(1.25 * needed)}")
