@@ -282,7 +282,8 @@ def _in_parts(model, options):
 
 
 @pytest.mark.parametrize("rows,method", [
-    pytest.param(24, "beam", marks=pytest.mark.slow), (1, "beam"),
+    pytest.param(24, "beam", marks=pytest.mark.slow),
+    pytest.param(1, "beam", marks=pytest.mark.slow),
     (0, "beam"), (24, "greedy"), (1, "greedy")])
 def test_decoding_in_parts_gives_what_one_loop_gives(trained, rows, method):
   model, vocabulary = trained

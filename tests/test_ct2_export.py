@@ -68,7 +68,11 @@ def _best_of_each_engine(model, vocab, path, options, sources):
   return ours, theirs
 
 
-@pytest.mark.parametrize("method", ["beam", "greedy"])
+# Greedy in the quick tier; beam (the same conversion, 4 hypotheses) in
+# the slow one.
+@pytest.mark.parametrize("method", [pytest.param("beam",
+                                                 marks=pytest.mark.slow),
+                                    "greedy"])
 def test_each_engine_searches_by_its_rules(trained, tmp_path, method):
   """Both engines decode the same model (each within its float32 rounding
   bound of the exact values, tests/rounding.py), but their beam searches differ in rules
@@ -510,6 +514,7 @@ def _teacher_forced(model, processor, source, ids, with_eos):
   return log_probs[np.arange(len(target)), target]
 
 
+@pytest.mark.slow  # both engines' every layer: the quick tier's costliest
 def test_forced_alignments_are_the_savedmodel_signatures(trained, tmp_path):
   """bin/score.py --alignment's two engines: CTranslate2's attention over
   a target forced as its prefix is the `forced_alignment` signature's

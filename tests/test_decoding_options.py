@@ -207,7 +207,10 @@ def test_an_empty_batch_gives_empty_nbest_lists(model, method):
     assert scores.shape == (0, options.nbest)
 
 
-@pytest.mark.parametrize("method", ["beam", "greedy", "sample"])
+# Greedy in the quick tier: the same stored weights feed every search.
+@pytest.mark.parametrize("method", [
+    pytest.param("beam", marks=pytest.mark.slow), "greedy",
+    pytest.param("sample", marks=pytest.mark.slow)])
 def test_stored_step_weights_decode_the_same(model, method):
   """The export keeps the decoding step's weights as variables (Q, K, V
   concatenated, the output embedding transposed) which a search reads once

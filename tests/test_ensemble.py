@@ -42,7 +42,10 @@ def _decode(model, method):
   return tf.function(lambda ids: search.decode(model, ids, options))(SOURCE)
 
 
-@pytest.mark.parametrize("method", ["beam", "greedy"])
+# The beam case is the slow tier's (twice greedy's time, the same members'
+# arithmetic).
+@pytest.mark.parametrize("method", [pytest.param("beam", marks=pytest.mark.slow),
+                                    "greedy"])
 def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
     method):
   model = _model(1)
@@ -112,6 +115,7 @@ def test_each_step_combines_the_members_distributions(average):
   assert ids.shape[:2] == (2, 4) and np.all(np.isfinite(scores))
 
 
+@pytest.mark.slow  # two models' search in one graph: the costliest here
 def test_one_pass_gives_the_logits_and_the_attention_of_two():
   """`logits_and_attention` (the export's forced alignment) of a model, an
   ensemble of members of one shape (attention averaged) and one of other

@@ -69,8 +69,12 @@ def _log_softmax(logits):
   return tf.nn.log_softmax(logits).numpy()
 
 
+# One case in the quick tier; the other activations and the unshared
+# embeddings (the same import, other options) in the slow tier.
 @pytest.mark.parametrize("activation,share", [
-    ("swish", True), ("relu", True), ("gelu", True), ("swish", False)])
+    pytest.param("swish", True, marks=pytest.mark.slow), ("relu", True),
+    pytest.param("gelu", True, marks=pytest.mark.slow),
+    pytest.param("swish", False, marks=pytest.mark.slow)])
 def test_log_probs_equal_transformers(tmp_path, activation, share):
   """Over 50 pairs of lengths 2-12 in one padded batch (a source's padding
   masked by each engine's own rule, a target's after its end), each real

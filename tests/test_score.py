@@ -108,6 +108,7 @@ def test_odd_requests_get_defined_answers(score):
                     target=tf.constant(["a", "b"]))
 
 
+@pytest.mark.slow  # every layer's attention of a trained run's export
 def test_forced_alignment_is_the_teacher_forced_attention_of_the_target(
     trained_numbers_run, exported, score):
   """The `forced_alignment` signature: `score`'s outputs, and each decoder

@@ -184,8 +184,10 @@ def _heads_averaged(weights):
   return weights.mean(axis=2)
 
 
-@pytest.mark.parametrize("signature", ["serving_default", "nbest",
-                                       "attention"])
+@pytest.mark.parametrize("signature", [
+    "serving_default", "nbest",
+    # A bound a layer of attention weights: the file's costliest case.
+    pytest.param("attention", marks=pytest.mark.slow)])
 def test_text_signatures_split_as_they_were_sent(loaded, model, signature):
   key = {"serving_default": ("translation", "score"),
          "nbest": ("translations", "scores"),
@@ -196,6 +198,7 @@ def test_text_signatures_split_as_they_were_sent(loaded, model, signature):
                       _Bounds(model, FIRST + SECOND), *key)
 
 
+@pytest.mark.slow  # two more signatures' bounds, as the text ones split
 def test_prefix_and_score_signatures_split_as_they_were_sent(loaded, model):
   prefixes = ["", "drei", "", "", "", "vier", ""]
   _split_equals_alone(

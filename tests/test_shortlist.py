@@ -212,6 +212,7 @@ def test_a_shortlist_of_every_piece_decodes_as_none(run, mode):
                          bound[same])
 
 
+@pytest.mark.slow  # an export, saved and loaded
 def test_an_export_takes_the_shortlist_and_scores_stay_full(run, tmp_path):
   model, vocab, table = run
   shortlist = shortlist_lib.Shortlist(*table.cut(2, 5))

@@ -124,6 +124,7 @@ def _step(trainer, strategy, batch):
 
 
 @pytest.mark.numeric
+@pytest.mark.slow  # eight logical devices' replicas: the file's costliest
 def test_eight_devices_equal_one_device(tmp_path):
   batch = global_batch(rows=16)
   one = make_trainer(tmp_path / "one")
