@@ -52,9 +52,10 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 def pytest_configure(config):
   config.addinivalue_line(
       "markers", "slow: a job or a bin/ command end to end, an export "
-      "loaded in a fresh process, another Keras backend, a measuring tool "
-      "or an XLA-compiled search; README.md's quick tier (-m \"not slow\") "
-      "leaves these out")
+      "loaded in a fresh process, another Keras backend, a measuring tool, "
+      "an XLA compilation, or a costly case of a parametrized comparison "
+      "beyond one for each kernel path, dtype and engine; README.md's quick "
+      "tier (-m \"not slow\") leaves these out")
   config.addinivalue_line(
       "markers", "numeric: compares numbers two kernels compute (two paths "
       "through one model, a model against a reference, a bound from the "

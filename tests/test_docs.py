@@ -120,6 +120,21 @@ def test_the_quick_tier_is_the_suite_less_its_slow_tests():
     assert "<!-- test-command -->" in f.read()
 
 
+def test_the_job_quotes_the_readmes_multi30k_row():
+  """The Multi30k job compares its budget with README.md's run
+  (`tasks.Shown`, `budget.against_shown`): that run is the row of README's
+  table by CPU whose host, steps and epochs the task names."""
+  from tf_transformer.run import tasks
+  shown = tasks.TASKS["multi30k"].shown
+  rows = [line for line in _read("README.md").splitlines()
+          if line.startswith(f"| {shown.host} |")]
+  assert len(rows) == 1, (shown.host, rows)
+  cells = [c.strip() for c in rows[0].strip("|").split("|")]
+  assert f"{shown.steps:,}" in cells and f"{shown.epochs:.1f}" in cells, (
+      cells, shown)
+  assert shown.minutes == tasks.TASKS["multi30k"].train_minutes
+
+
 def _commands(text):
   """The `python bin/NAME.py ...` lines of `text`'s code blocks,
   continuation lines joined."""

@@ -241,6 +241,7 @@ class LayerModel(keras.Model):
     return _call(self.layer, inputs)
 
 
+@pytest.mark.slow  # XLA compiles each layer's call and fit step
 @pytest.mark.parametrize("name", CASES)
 def test_jit_compiled_call_and_fit_step(name):
   """The compiled call gives the eager outputs; a layer with weights
