@@ -229,8 +229,7 @@ def litert_step_section(o, report):
   (`litert_step.py`)."""
   # pylint: disable=g-import-not-at-top
   import statistics
-  import subprocess
-  import sys
+  from bench import serving_speed
   from tf_transformer.data.corpora import read_lines
   if not (o.model_dir and o.source):
     raise ValueError("--sections=litert_step needs --model_dir (a trained "
@@ -241,20 +240,8 @@ def litert_step_section(o, report):
                  sentences=read_lines(o.source)[:max(rows) // 4])
   worker = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "litert_step.py")
-  with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(request, f)
-  root = os.path.dirname(os.path.dirname(os.path.dirname(worker)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.pathsep.join(filter(None, (
-                 root, os.environ.get("PYTHONPATH")))))
-  try:
-    done = subprocess.run([sys.executable, worker, f.name], env=env,
-                          capture_output=True, text=True, check=False)
-  finally:
-    os.unlink(f.name)
-  if done.returncode:
-    raise RuntimeError(f"litert_step worker failed:\n{done.stderr[-3000:]}")
-  measured = json.loads(done.stdout)["rows"]
+  measured = serving_speed.run_worker(worker, request,
+                                      what="litert_step worker")[0]["rows"]
   base = "tensorflow_float32"
   figures = []
   for count, by in measured.items():

@@ -170,24 +170,33 @@ def _ct2_search(search, options, patience):
               max_length_offset=options.max_decode_length_offset)
 
 
-def _run_worker(request, env_changes):
+def run_worker(worker, request, env_changes=None, what="worker"):
+  """(stdout as JSON, stderr) of the script `worker` run on `request`
+  (written to a JSON file it gets as its argument) in a process of its own,
+  with `env_changes` and this clone on PYTHONPATH (the workers import
+  tf_transformer's timing protocol, installed or not). Raises RuntimeError
+  naming `what`, with the worker's error, where it fails."""
   with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(request, f)
-  # The worker imports tf_transformer's timing protocol: from this clone,
-  # installed or not.
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
-      filter(None, (REPO, os.environ.get("PYTHONPATH")))), **env_changes)
+      filter(None, (REPO, os.environ.get("PYTHONPATH")))),
+             **(env_changes or {}))
   try:
-    done = subprocess.run([sys.executable, WORKER, f.name], env=env,
+    done = subprocess.run([sys.executable, worker, f.name], env=env,
                           capture_output=True, text=True, check=False)
   finally:
     os.unlink(f.name)
   if done.returncode:
-    raise RuntimeError(f"serving worker failed ({request['kind']} "
-                       f"{request['model']}):\n{done.stderr[-3000:]}")
-  result = json.loads(done.stdout)
+    raise RuntimeError(f"{what} failed:\n{done.stderr[-3000:]}")
+  return json.loads(done.stdout), done.stderr
+
+
+def _run_worker(request, env_changes):
+  result, stderr = run_worker(
+      WORKER, request, env_changes,
+      f"serving worker ({request['kind']} {request['model']})")
   if request["kind"] == "ctranslate2":  # logged at CT2_VERBOSE=1
-    backend = re.search(r"SGEMM backend: (.*)", done.stderr)
+    backend = re.search(r"SGEMM backend: (.*)", stderr)
     result["ct2_sgemm_backend"] = (backend.group(1).strip() if backend
                                    else "not logged")
   return result
